@@ -1,0 +1,1 @@
+"""Spiders of the demo project."""

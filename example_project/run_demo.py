@@ -1,0 +1,474 @@
+"""Run the scrapy-costsched demo: several simulated days, three strategies, exact true freshness.
+
+    python example_project/run_demo.py --days 10 [--products 300] [--budget-fraction 0.45]
+                                       [--json FILE] [--workdir demo-output] [--check]
+
+It starts the demo shop (``python -m demo_site``) on loopback, then for each simulated day *d* sets
+the shared clock to ``T_d = EPOCH0 + d days + 3 h`` and runs real ``scrapy crawl shop`` processes:
+
+* **costsched**: the add-on with a fixed per-day budget of ``ceil(fraction x full-crawl pages)``
+  requests (the full crawl's page count as known at day 0);
+* **full**: plain Scrapy (``COSTSCHED_ENABLED=False``) re-crawling every listing and product;
+* **random**: plain Scrapy on a random sample (seeded per day) of the existing products, as many
+  as costsched sent requests that day.
+
+Each strategy keeps a dataset (product -> last scraped copy). Its value-weighted freshness over
+``[T_d, T_d+1)`` is computed exactly from the catalog's change times (see ``demo_site.evaluate``);
+every scraped item is checked against what the site served. The exit code is 0 even when the
+claims fail, unless ``--check`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# Run as a script, Python puts this directory (example_project) first on sys.path.
+from demo_site.catalog import DAY, EPOCH0, Catalog
+from demo_site.clock import CLOCK_ENV, set_clock
+from demo_site.evaluate import Dataset, freshness
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import FrameType
+
+HERE = Path(__file__).resolve().parent
+STRATEGIES = ("costsched", "full", "random")
+CRAWL_HOUR = 3 * 3600.0  # crawl a few hours into each simulated day, clear of period boundaries
+CLAIMS_FROM_DAY = 4  # days 0-3 are the learning phase
+VISITS_DEFINITION = (
+    "visits = stats downloader/request_count - robotstxt/request_count "
+    "(every HTTP request sent, retries and redirects included, except robots.txt)"
+)
+
+
+class DemoError(RuntimeError):
+    """The demo could not run (server or crawl failure); the message says where to look."""
+
+
+@dataclass
+class StrategyDay:
+    """One strategy's numbers for one simulated day."""
+
+    visits: int
+    requests_total: int  # downloader/request_count, robots.txt included
+    spend: float
+    items: int
+    new: int
+    changes: int
+    freshness: float  # value-weighted, time-averaged over [T_d, T_d+1)
+    freshness_unweighted: float
+    freshness_by_tier: dict[str, float]
+    dataset_size: int
+    wall_seconds: float
+    errors: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- the demo site ----------------------------------------------------------------------------
+
+
+class DemoServer:
+    """``python -m demo_site`` as a subprocess; always terminated, even on errors or Ctrl-C."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str], log: Path) -> None:
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "demo_site", *args],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self.url = self._read_url(timeout=30.0)
+
+    def _read_url(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                line = self.proc.stdout.readline()
+                if line.startswith("DEMO_SITE "):
+                    return line.split()[1]
+                if not line:
+                    break  # EOF: the server died
+            elif self.proc.poll() is not None:
+                break
+        self.stop()
+        raise DemoError(f"demo site did not start; see {self._log.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+
+
+# -- crawls ------------------------------------------------------------------------------------
+
+
+@dataclass
+class CrawlResult:
+    stats: dict[str, Any]
+    items: list[dict[str, Any]]
+    wall_seconds: float
+
+
+def run_crawl(
+    name: str, daydir: Path, url: str, categories: int, extra: Sequence[str], env: dict[str, str]
+) -> CrawlResult:
+    """One ``scrapy crawl shop`` subprocess; its stats come from the demo's stats-file extension."""
+    out = daydir / f"{name}.jsonl"
+    stats_file = daydir / f"{name}.stats.json"
+    log = daydir / f"{name}.log"
+    cmd = [
+        sys.executable, "-m", "scrapy", "crawl", "shop",
+        "-a", f"site={url}",
+        "-a", f"categories={categories}",
+        "-O", str(out),
+        "-s", f"DEMO_STATS_FILE={stats_file}",
+        "-s", f"LOG_FILE={log}",
+        *extra,
+    ]  # fmt: skip
+    (daydir / f"{name}.cmd").write_text(" ".join(cmd) + "\n")
+    started = time.monotonic()
+    with (daydir / f"{name}.out").open("w") as console:
+        rc = subprocess.run(cmd, cwd=HERE, env=env, stdout=console, stderr=subprocess.STDOUT, check=False).returncode
+    wall = time.monotonic() - started
+    if rc != 0 or not stats_file.exists():
+        tail = _tail(daydir / f"{name}.out") or _tail(log)
+        raise DemoError(f"crawl {name!r} failed (exit {rc}); see {log}\n{tail}")
+    stats = json.loads(stats_file.read_text())
+    items = []
+    if out.exists():
+        with out.open(encoding="utf-8") as fh:
+            items = [json.loads(line) for line in fh if line.strip()]
+    return CrawlResult(stats, items, wall)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def visits_of(stats: dict[str, Any]) -> int:
+    return int(stats.get("downloader/request_count", 0)) - int(stats.get("robotstxt/request_count", 0))
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+
+def value_tiers() -> dict[str, float]:
+    """The project's own ``COSTSCHED_VALUE_TIERS``, so the score uses the weights the crawl used."""
+    from demo_shop import settings
+
+    return {str(k): float(v) for k, v in settings.COSTSCHED_VALUE_TIERS.items()}
+
+
+def crawl_env(clock_file: Path) -> dict[str, str]:
+    """Environment for the site and the crawls: the shared clock, and the repo on the path."""
+    env = dict(os.environ)
+    env[CLOCK_ENV] = str(clock_file)
+    paths = [str(HERE)]
+    repo = HERE.parent
+    if (repo / "scrapy_costsched").is_dir():
+        paths.append(str(repo))  # use the working tree's add-on even if not installed
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("DEMO_SITE_URL", None)
+    return env
+
+
+def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """Run the demo, filling *report* as it goes (so a failed run still leaves its numbers)."""
+    workdir = Path(args.workdir).resolve()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    strategies = [s for s in STRATEGIES if s in args.strategies]
+    weights = value_tiers()
+    horizon = max(60.0, args.days + 2.0)
+    catalog = Catalog.generate(products=args.products, categories=args.categories, seed=args.seed, horizon_days=horizon)
+    t0 = EPOCH0 + CRAWL_HOUR
+    full_pages = args.categories + len(catalog.existing(t0))
+    budget = math.ceil(args.budget_fraction * full_pages)
+    clock_file = workdir / "clock"
+    set_clock(clock_file, t0)
+    env = crawl_env(clock_file)
+    state = workdir / "costsched.sqlite"
+
+    print(f"scrapy-costsched demo: {args.days} days, {args.products} products, "
+          f"{args.categories} categories, seed {args.seed}")  # fmt: skip
+    print(f"full crawl at day 0 = {full_pages} pages ({args.categories} listings + "
+          f"{full_pages - args.categories} products); costsched budget = ceil({args.budget_fraction}"
+          f" x {full_pages}) = {budget} requests/day")  # fmt: skip
+    print(f"value tiers: {weights}")
+    print(VISITS_DEFINITION)
+    print(f"workdir: {workdir}", flush=True)
+
+    site_args = [
+        "--port", "0", "--products", str(args.products), "--categories", str(args.categories),
+        "--seed", str(args.seed), "--horizon-days", str(horizon),
+    ]  # fmt: skip
+    server = DemoServer(site_args, env, workdir / "server.log")
+    report.update(
+        {
+            "params": {
+                "days": args.days,
+                "products": args.products,
+                "categories": args.categories,
+                "seed": args.seed,
+                "budget_fraction": args.budget_fraction,
+                "strategies": strategies,
+            },
+            "site": server.url,
+            "full_pages_day0": full_pages,
+            "budget": budget,
+            "value_tiers": weights,
+            "visits_definition": VISITS_DEFINITION,
+            "days": [],
+        }
+    )
+    try:
+        print(f"demo site: {server.url}\n", flush=True)
+        print(_header(strategies), flush=True)
+        datasets = {s: Dataset() for s in strategies}
+        for day in range(args.days):
+            t = t0 + day * DAY
+            set_clock(clock_file, t)
+            daydir = workdir / f"day{day:02d}"
+            daydir.mkdir()
+            existing = catalog.existing(t)
+            row: dict[str, Any] = {
+                "day": day,
+                "t": t,
+                "existing_products": len(existing),
+                "full_pages": args.categories + len(existing),
+            }
+            sample_size = budget
+            for strategy in strategies:
+                if strategy == "costsched":
+                    extra = ["-s", f"COSTSCHED_BUDGET={budget}", "-s", f"COSTSCHED_STATE={state}"]
+                elif strategy == "full":
+                    extra = ["-s", "COSTSCHED_ENABLED=False"]
+                else:
+                    rng = random.Random(f"random-subset/{args.seed}/{day}")
+                    k = min(sample_size, len(existing))
+                    chosen = sorted(p.id for p in rng.sample(existing, k))
+                    urls = daydir / "random-urls.txt"
+                    urls.write_text("".join(f"{server.url}/product/{pid}\n" for pid in chosen))
+                    extra = ["-s", "COSTSCHED_ENABLED=False", "-a", f"urls_file={urls}"]
+                result = run_crawl(strategy, daydir, server.url, args.categories, extra, env)
+                counts = datasets[strategy].update(catalog, result.items, t)
+                fresh = freshness(catalog, datasets[strategy], t, t + DAY, weights)
+                visits = visits_of(result.stats)
+                spend = float(result.stats.get("costsched/spent", visits)) if strategy == "costsched" else float(visits)
+                if strategy == "costsched":
+                    sample_size = visits
+                errors = int(result.stats.get("log_count/ERROR", 0))
+                row[strategy] = StrategyDay(
+                    visits=visits,
+                    requests_total=int(result.stats.get("downloader/request_count", 0)),
+                    spend=spend,
+                    items=counts.items,
+                    new=counts.new,
+                    changes=counts.changed,
+                    freshness=fresh.weighted,
+                    freshness_unweighted=fresh.unweighted,
+                    freshness_by_tier=fresh.by_tier,
+                    dataset_size=len(datasets[strategy].copies),
+                    wall_seconds=round(result.wall_seconds, 3),
+                    errors=errors,
+                    extra={k: v for k, v in result.stats.items() if k.startswith("costsched/")},
+                )
+            print(_row(row, strategies), flush=True)
+            _warn(row, strategies, daydir)
+            report["days"].append({k: asdict(v) if isinstance(v, StrategyDay) else v for k, v in row.items()})
+    finally:
+        server.stop()
+    report["summary"] = summarize(report["days"], strategies)
+    _print_summary(report["summary"])
+    if args.report and "costsched" in strategies:
+        _costsched_report(state, env)
+
+
+def _header(strategies: Sequence[str]) -> str:
+    parts = ["day"]
+    if "costsched" in strategies:
+        parts.append("| costsched visits chg  spend fresh")
+    if "full" in strategies:
+        parts.append("| full visits chg fresh")
+    if "random" in strategies:
+        parts.append("| random visits chg fresh")
+    return " ".join(parts)
+
+
+def _row(row: dict[str, Any], strategies: Sequence[str]) -> str:
+    parts = [f"{row['day']:>3}"]
+    for s in strategies:
+        r: StrategyDay = row[s]
+        if s == "costsched":
+            parts.append(f"|           {r.visits:>6} {r.changes:>3} {r.spend:>6g} {r.freshness:.3f}")
+        elif s == "full":
+            parts.append(f"|      {r.visits:>6} {r.changes:>3} {r.freshness:.3f}")
+        else:
+            parts.append(f"|        {r.visits:>6} {r.changes:>3} {r.freshness:.3f}")
+    return " ".join(parts)
+
+
+def _warn(row: dict[str, Any], strategies: Sequence[str], daydir: Path) -> None:
+    for s in strategies:
+        r: StrategyDay = row[s]
+        if r.errors:
+            print(f"    warning: {s} logged {r.errors} errors; see {daydir / (s + '.log')}")
+    if "full" in strategies and row["full"].visits != row["full_pages"]:
+        print(f"    warning: full crawl made {row['full'].visits} visits, "
+              f"the site has {row['full_pages']} pages")  # fmt: skip
+
+
+def summarize(days: list[dict[str, Any]], strategies: Sequence[str]) -> dict[str, Any]:
+    """The claims, from day CLAIMS_FROM_DAY on: beats random every day; >= 90% of full at <= 50%."""
+    later = [d for d in days if d["day"] >= CLAIMS_FROM_DAY]
+    summary: dict[str, Any] = {"from_day": CLAIMS_FROM_DAY, "days_evaluated": len(later)}
+    if not later or "costsched" not in strategies:
+        summary["evaluated"] = False
+        summary["passed"] = False
+        return summary
+    summary["evaluated"] = True
+    passed = True
+    cs = [d["costsched"] for d in later]
+    summary["mean_freshness"] = {s: sum(d[s]["freshness"] for d in later) / len(later) for s in strategies}
+    if "random" in strategies:
+        margins = [c["freshness"] - d["random"]["freshness"] for c, d in zip(cs, later, strict=True)]
+        summary["beats_random_every_day"] = all(m > 0 for m in margins)
+        summary["freshness_minus_random"] = margins
+        passed &= summary["beats_random_every_day"]
+    if "full" in strategies:
+        fresh_ratio = [c["freshness"] / d["full"]["freshness"] for c, d in zip(cs, later, strict=True)]
+        visit_ratio = [c["visits"] / d["full"]["visits"] for c, d in zip(cs, later, strict=True)]
+        summary["freshness_ratio_to_full"] = fresh_ratio
+        summary["visits_ratio_to_full"] = visit_ratio
+        summary["within_10pct_of_full_every_day"] = all(r >= 0.9 for r in fresh_ratio)
+        summary["at_most_half_the_requests_every_day"] = all(r <= 0.5 for r in visit_ratio)
+        passed &= summary["within_10pct_of_full_every_day"]
+        passed &= summary["at_most_half_the_requests_every_day"]
+    summary["passed"] = bool(passed)
+    return summary
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    print()
+    if not s["evaluated"]:
+        print(f"claims not evaluated: need costsched and --days > {s['from_day']}")
+        return
+    print(f"summary, days {s['from_day']}..{s['from_day'] + s['days_evaluated'] - 1}:")
+    means = ", ".join(f"{k} {v:.3f}" for k, v in s["mean_freshness"].items())
+    print(f"  mean value-weighted freshness: {means}")
+    if "beats_random_every_day" in s:
+        margins = " ".join(f"{m:+.3f}" for m in s["freshness_minus_random"])
+        print(f"  costsched beats random every day: {_yes(s['beats_random_every_day'])}"
+              f"   (freshness minus random: {margins})")  # fmt: skip
+    if "freshness_ratio_to_full" in s:
+        fr = " ".join(f"{r:.3f}" for r in s["freshness_ratio_to_full"])
+        vr = " ".join(f"{r:.3f}" for r in s["visits_ratio_to_full"])
+        print(f"  freshness within 10% of full every day: "
+              f"{_yes(s['within_10pct_of_full_every_day'])}   (costsched/full: {fr})")  # fmt: skip
+        print(f"  at most half the full crawl's requests every day: "
+              f"{_yes(s['at_most_half_the_requests_every_day'])}   (costsched/full: {vr})")  # fmt: skip
+    print(f"  all claims hold: {_yes(s['passed'])}", flush=True)
+
+
+def _yes(flag: bool) -> str:
+    return "YES" if flag else "NO"
+
+
+def _costsched_report(state: Path, env: dict[str, str]) -> None:
+    cmd = [sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={state}"]
+    print("\n$ scrapy costsched-report", flush=True)
+    rc = subprocess.run(cmd, cwd=HERE, env=env, check=False).returncode
+    if rc:
+        print(f"(costsched-report exited {rc})")
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--days", type=int, default=10, help="simulated days (default 10)")
+    p.add_argument("--products", type=int, default=300, help="products at day 0 (default 300)")
+    p.add_argument("--categories", type=int, default=10, help="category listings (default 10)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--budget-fraction", type=float, default=0.45,
+        help="costsched budget as a share of the day-0 full crawl (default 0.45)",
+    )  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="write every per-day number as one JSON object")
+    p.add_argument("--workdir", default="demo-output", help="scratch dir, wiped at start")
+    p.add_argument("--check", action="store_true", help="exit 1 when a claim fails")
+    p.add_argument(
+        "--strategies", default=",".join(STRATEGIES),
+        help="comma-separated subset of costsched,full,random (random alone samples the budget)",
+    )  # fmt: skip
+    p.add_argument("--report", action="store_true", help="run `scrapy costsched-report` at the end")
+    return p
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwind, so the server is stopped in `finally`
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = set(args.strategies) - set(STRATEGIES)
+    if unknown or not args.strategies:
+        build_parser().error(f"--strategies: unknown {sorted(unknown)}; choose from {STRATEGIES}")
+    if args.days < 1 or args.products < 1 or args.categories < 1:
+        build_parser().error("--days, --products and --categories must be >= 1")
+    if not 0 < args.budget_fraction <= 1:
+        build_parser().error("--budget-fraction must be in (0, 1]")
+    signal.signal(signal.SIGTERM, _sigterm)
+    report: dict[str, Any] = {}
+    try:
+        run(args, report)
+    except DemoError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        report["error"] = str(exc)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        report["error"] = "interrupted"
+        return 130
+    finally:
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.check and not report["summary"]["passed"]:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

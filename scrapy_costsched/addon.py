@@ -1,0 +1,40 @@
+"""The add-on: enables every component with one line in ``ADDONS``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.settings import SETTINGS_PRIORITIES
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+SCHEDULER = "scrapy_costsched.CostAwareScheduler"
+SPIDER_MIDDLEWARE = "scrapy_costsched.CostSchedSpiderMiddleware"
+PIPELINE = "scrapy_costsched.ChangeDetectionPipeline"
+_ADDON_PRIORITY = SETTINGS_PRIORITIES["addon"]
+
+
+class Addon:
+    """``ADDONS = {"scrapy_costsched.Addon": 0}``.
+
+    Keeps the previous ``SCHEDULER`` as ``COSTSCHED_FALLBACK_SCHEDULER`` (the
+    scheduler CostAwareScheduler wraps), dequeues by download slot with
+    ``DownloaderAwarePriorityQueue``, puts the spider middleware before
+    ``HttpErrorMiddleware`` and the pipeline at 100, so later pipelines receive
+    only changes when ``COSTSCHED_DROP_UNCHANGED`` is on. Everything is set at
+    ``addon`` priority, so project settings win.
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        if not settings.getbool("COSTSCHED_ENABLED", True):
+            return
+        previous = settings.get("SCHEDULER")
+        if previous != SCHEDULER:
+            if settings.get("COSTSCHED_FALLBACK_SCHEDULER") is None:
+                settings.set("COSTSCHED_FALLBACK_SCHEDULER", previous, "addon")
+            # Wrap the user's scheduler even when their project set it.
+            settings.set("SCHEDULER", SCHEDULER, max(settings.getpriority("SCHEDULER") or 0, _ADDON_PRIORITY))
+        settings.set("SCHEDULER_PRIORITY_QUEUE", "scrapy.pqueues.DownloaderAwarePriorityQueue", "addon")
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARE, 45)
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", PIPELINE, 100)

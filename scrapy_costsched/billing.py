@@ -1,0 +1,69 @@
+"""Billing models: what one download attempt costs, in the unit the budget is given in.
+
+The scheduler plans with :meth:`BillingModel.expected_cost` and the tracker charges
+the ledger with :meth:`BillingModel.attempt_cost` for every attempt that left the
+downloader (retries and redirects included), so plans and bills use one unit.
+``COSTSCHED_BILLING`` names a model here or gives a dotted path to your own class.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+
+@runtime_checkable
+class BillingModel(Protocol):
+    """How visits are paid for.
+
+    *unit* names what the budget counts (``"requests"``, ``"credits"``, ``"bytes"``).
+    ``expected_cost`` is the planned cost of one visit before it is made, given the
+    page's learned mean cost of a visit (``None`` when nothing is known yet).
+    ``attempt_cost`` is what one download attempt actually cost: *status* is the
+    HTTP status, or ``None`` when the attempt failed without a response.
+    """
+
+    unit: str
+
+    def expected_cost(self, learned_cost: float | None) -> float: ...
+
+    def attempt_cost(self, status: int | None, size: int) -> float: ...
+
+
+class RequestsBilling:
+    """Every attempt that reaches the network costs one request, whatever its outcome."""
+
+    unit = "requests"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def expected_cost(self, learned_cost: float | None) -> float:
+        return 1.0
+
+    def attempt_cost(self, status: int | None, size: int) -> float:
+        return 1.0
+
+
+class CreditsBilling:
+    """A scraping API: a successful response costs one credit; failures and target errors are free.
+
+    As in the seed article's Web Scraping API example, rendering does not change the
+    price, so the expected cost of a visit is one credit.
+    """
+
+    unit = "credits"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def expected_cost(self, learned_cost: float | None) -> float:
+        return 1.0
+
+    def attempt_cost(self, status: int | None, size: int) -> float:
+        return 1.0 if status is not None and status < 400 else 0.0

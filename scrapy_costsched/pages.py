@@ -1,0 +1,139 @@
+"""A known page as stored: its request template, value, last record and change history."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.request import request_from_dict
+
+from scrapy_costsched.model import ChangeStats, RateEstimate
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+#: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
+_TRANSIENT_META = frozenset({
+    "costsched_page", "depth", "download_latency", "download_slot", "redirect_reasons", "redirect_times",
+    "redirect_ttl", "redirect_urls", "retry_times", "download_timeout", "handle_httpstatus_all",
+})
+
+
+def group_of(host: str, page_type: str) -> str:
+    """Pages that share a prior: same host, same page type."""
+    return f"{host}|{page_type}"
+
+
+@dataclass
+class PageState:
+    """Everything the crawl remembers about one page (keyed by request fingerprint)."""
+
+    url: str
+    host: str
+    page_type: str
+    value: str | float
+    first_seen: float
+    template: dict[str, Any] | None = None
+    last_visit: float | None = None
+    last_attempt: float | None = None
+    record: str | None = None
+    record_kind: str | None = None
+    item_hashes: list[str] = field(default_factory=list)
+    item_keys: dict[str, str] = field(default_factory=dict)
+    hash_config: str | None = None
+    stats: ChangeStats = field(default_factory=ChangeStats)
+    estimate: RateEstimate | None = None
+    visits: int = 0
+    changes: int = 0
+    failures: int = 0
+    gone: bool = False
+
+    @property
+    def group(self) -> str:
+        return group_of(self.host, self.page_type)
+
+    def summary(self) -> list[Any]:
+        """The compact row planning reads: ``[last_visit, rate, value, gone, has_template, group]``."""
+        rate = self.estimate.rate if self.estimate else None
+        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group]
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["stats"] = self.stats.to_json()
+        data["estimate"] = [self.estimate.rate, self.estimate.low, self.estimate.high] if self.estimate else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> PageState:
+        """Rebuild a stored page; ``ValueError`` when the row is malformed."""
+        if not isinstance(data, dict):
+            raise ValueError("page record is not an object")
+        try:
+            fields = dict(data)
+            fields["stats"] = ChangeStats.from_json(fields.get("stats", ChangeStats().to_json()))
+            estimate = fields.get("estimate")
+            fields["estimate"] = RateEstimate(*estimate) if estimate else None
+            return cls(**fields)
+        except (TypeError, KeyError) as exc:
+            raise ValueError(f"malformed page record: {exc}") from None
+
+
+def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
+    """A JSON form of *request* that can be re-issued later, or ``None`` if its callback cannot be named.
+
+    Callbacks are stored by name (they must be methods of the spider); meta values
+    that JSON cannot hold are left out.
+    """
+    try:
+        data = request.to_dict(spider=spider)
+    except ValueError:
+        return None
+    meta = {}
+    for key, value in (data.get("meta") or {}).items():
+        if key in _TRANSIENT_META or key.startswith("_"):
+            continue
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        meta[key] = value
+    try:
+        cb_kwargs = json.loads(json.dumps(data.get("cb_kwargs") or {}, allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+    template: dict[str, Any] = {
+        "url": data["url"],
+        "method": data["method"],
+        "callback": data.get("callback"),
+        "errback": data.get("errback"),
+        "meta": meta,
+        "cb_kwargs": cb_kwargs,
+        "priority": data.get("priority", 0),
+        "headers": {
+            key.decode("latin-1"): [v.decode("latin-1") for v in values]
+            for key, values in (data.get("headers") or {}).items()
+        },
+        "body": (data.get("body") or b"").decode("latin-1"),
+        "cls": data.get("_class"),
+    }
+    return template
+
+
+def request_from_template(template: dict[str, Any], spider: Spider) -> Request:
+    """The request a template stands for, bound to *spider*'s callbacks by name."""
+    data: dict[str, Any] = {
+        "url": template["url"],
+        "method": template["method"],
+        "callback": template["callback"],
+        "errback": template["errback"],
+        "meta": dict(template["meta"]),
+        "cb_kwargs": dict(template["cb_kwargs"]),
+        "priority": template["priority"],
+        "headers": {k: [v.encode("latin-1") for v in vs] for k, vs in template["headers"].items()},
+        "body": template["body"].encode("latin-1"),
+        "dont_filter": True,
+    }
+    if template.get("cls"):
+        data["_class"] = template["cls"]
+    return request_from_dict(data, spider=spider)

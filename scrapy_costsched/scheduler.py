@@ -1,0 +1,254 @@
+"""CostAwareScheduler: spends each period's budget on the visits worth most per cost."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank
+from scrapy_costsched.tracker import Tracker
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from twisted.internet.defer import Deferred
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: Refresh visits re-issued from templates queue behind what the spider yields
+#: (hubs first: they discover), so their priority is lowered by this much.
+REFRESH_PRIORITY_OFFSET = -10
+#: Requests moved from the plan into the wrapped scheduler at a time.
+TOP_UP = 64
+
+_DEFEATING_MIDDLEWARES = {
+    "scrapy_deltafetch.DeltaFetch": ("DELTAFETCH_ENABLED", "scrapy-deltafetch skips every URL it has seen once"),
+    "scrapy_deltafetch.middleware.DeltaFetch": ("DELTAFETCH_ENABLED",
+                                                "scrapy-deltafetch skips every URL it has seen once"),
+    "scrapy_crawl_once.CrawlOnceMiddleware": ("CRAWL_ONCE_ENABLED",
+                                              "scrapy-crawl-once skips every request it has crawled once"),
+    "scrapy_crawl_once.middlewares.CrawlOnceMiddleware": ("CRAWL_ONCE_ENABLED",
+                                                          "scrapy-crawl-once skips every request it has crawled once"),
+}
+
+
+def check_revisit_settings(settings: BaseSettings) -> None:
+    """Refuse add-ons that skip every URL seen once; they defeat revisits by design."""
+    for setting in ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES"):
+        for component, order in settings.getwithbase(setting).items():
+            name = component if isinstance(component, str) else f"{component.__module__}.{component.__qualname__}"
+            if order is None or name not in _DEFEATING_MIDDLEWARES:
+                continue
+            switch, why = _DEFEATING_MIDDLEWARES[name]
+            if settings.getbool(switch, True):
+                raise ValueError(
+                    f"{setting} enables {name}, and {why}, so known pages would never be revisited. "
+                    f"Remove it or set {switch} = False while COSTSCHED_ENABLED is on."
+                )
+    if settings.get("JOBDIR"):
+        logger.warning(
+            "costsched: JOBDIR is set; its requests.seen would drop re-yielded URLs, so CostAwareScheduler "
+            "marks the pages it plans dont_filter and deduplicates them itself, by fingerprint, once per run."
+        )
+
+
+class CostAwareScheduler(BaseScheduler):
+    """Wraps the previous scheduler and decides which requests reach it.
+
+    A run proceeds in phases. Requests the spider yields go first (hubs and listings
+    discover). New URLs are visits of *discovery* and get up to
+    ``COSTSCHED_RESERVE_DISCOVERY`` of what is left of the period's budget, plus
+    whatever the refresh plan does not need. Known pages are ranked by
+    ``value × U(t) / cost`` (:mod:`scrapy_costsched.model.scoring`) and the
+    affordable prefix of that ranking is the refresh plan: planned pages the spider
+    yields go out as it yields them, the rest are re-issued from their stored
+    templates; known pages outside the plan are skipped. When the crawl would go
+    idle with budget left, the ranking is continued (leftovers). Retries,
+    redirects and chained sub-requests of a visit (requests carrying
+    ``costsched_page``) are charged but neither scored nor counted as discovery.
+
+    Without ``COSTSCHED_BUDGET`` (shadow mode) every request is passed on unchanged
+    and only observed.
+    """
+
+    def __init__(self, crawler: Crawler, fallback: BaseScheduler, tracker: Tracker) -> None:
+        self.crawler = crawler
+        self.fallback = fallback
+        self.tracker = tracker
+        self.config = tracker.config
+        self.stats = tracker.stats
+        self._dispatched: set[str] = set()
+        self._ranking: list[Candidate] = []
+        self._cursor = 0
+        self._plan_end = 0
+        self._discovery_allowance = 0.0
+        self._discovery_spent = 0.0
+        self._deferred: list[Candidate] = []
+        crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        tracker = Tracker.of(crawler)
+        check_revisit_settings(crawler.settings)
+        fallback_cls = load_object(tracker.config.fallback_scheduler)
+        if fallback_cls is cls or not issubclass(fallback_cls, BaseScheduler):
+            raise ValueError(f"COSTSCHED_FALLBACK_SCHEDULER ({tracker.config.fallback_scheduler!r}) must be a "
+                             "Scrapy scheduler other than CostAwareScheduler.")
+        return cls(crawler, build_from_crawler(fallback_cls, crawler), tracker)
+
+    @property
+    def budgeted(self) -> bool:
+        return self.config.enabled and not self.config.shadow
+
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        if self.config.enabled:
+            self.tracker.open()
+        if self.budgeted:
+            self._plan()
+        return self.fallback.open(spider)
+
+    def _plan(self) -> None:
+        remaining = self.tracker.remaining_budget()
+        now = self.tracker.now()
+        self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective)]
+        reserve = max(remaining, 0.0) * self.config.reserve_discovery
+        planned = affordable_prefix(((0.0, c) for c in self._ranking), remaining - reserve)
+        self._plan_end = len(planned)
+        planned_cost = sum(c.cost for c in planned)
+        # Refresh budget the plan does not use flows to discovery (all of it on a first run).
+        self._discovery_allowance = max(remaining - planned_cost, 0.0)
+        self.stats.set_value("costsched/plan/known_pages", len(self._ranking))
+        self.stats.set_value("costsched/plan/planned", self._plan_end)
+        self.stats.set_value("costsched/budget/remaining_at_start", remaining)
+        logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
+                    "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
+                    len(self._ranking), self._discovery_allowance)
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        return self.fallback.close(reason)
+
+    def __len__(self) -> int:
+        return len(self.fallback)  # type: ignore[arg-type]
+
+    def has_pending_requests(self) -> bool:
+        return self.fallback.has_pending_requests() or (self.budgeted and self._next_planned_fits())
+
+    def _next_planned_fits(self) -> bool:
+        self._skip_dispatched()
+        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self.tracker.remaining_budget()
+
+    def _skip_dispatched(self) -> None:
+        while self._cursor < self._plan_end and self._ranking[self._cursor].key in self._dispatched:
+            self._cursor += 1
+
+    def enqueue_request(self, request: Request) -> bool:
+        if not self.config.enabled:
+            return self.fallback.enqueue_request(request)
+        if "costsched_page" in request.meta:
+            return self._enqueue_attempt(request)
+        key = self.tracker.fingerprint(request)
+        if self.budgeted and key in self._dispatched:
+            self.stats.inc_value("costsched/skipped/duplicate")
+            return False
+        page, new = self.tracker.sighting(request, key)
+        reason = "discovery" if page.last_visit is None else "refresh"
+        if not self.budgeted:
+            request.meta["costsched_page"] = key
+            self._count_visit(reason)
+            return self.fallback.enqueue_request(request)
+        cost = self.tracker.billing.expected_cost(None)
+        if not new:
+            if key not in self._planned_keys():
+                self.stats.inc_value("costsched/skipped/not_planned")
+                return False
+            return self._admit(request, key, cost, reason)
+        if self._discovery_spent + cost > self._discovery_allowance or cost > self.tracker.remaining_budget():
+            self._deferred.append(Candidate(key, 0.0, 0.0, 0.0, cost))
+            self.stats.inc_value("costsched/skipped/discovery_deferred")
+            return False
+        self._discovery_spent += cost
+        return self._admit(request, key, cost, "discovery")
+
+    def _planned_keys(self) -> set[str]:
+        planned = getattr(self, "_planned_cache", None)
+        if planned is None or len(planned) != self._plan_end:
+            planned = {c.key for c in self._ranking[: self._plan_end]}
+            self._planned_cache = planned
+        return planned
+
+    def _enqueue_attempt(self, request: Request) -> bool:
+        """Retries, redirects and chained sub-requests of a visit already under way."""
+        if self.budgeted:
+            cost = self.tracker.billing.expected_cost(None)
+            if cost > self.tracker.remaining_budget():
+                self.stats.inc_value("costsched/skipped/budget")
+                return False
+            self.tracker.reserve(request, cost)
+        self.stats.inc_value("costsched/attempts/extra")
+        return self.fallback.enqueue_request(request)
+
+    def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
+        self._dispatched.add(key)
+        request.meta["costsched_page"] = key
+        request.dont_filter = True  # deduplicated here, once per run; see check_revisit_settings
+        self.tracker.reserve(request, cost)
+        self._count_visit(reason)
+        return self.fallback.enqueue_request(request)
+
+    def _count_visit(self, reason: str) -> None:
+        self.stats.inc_value("costsched/visits")
+        self.stats.inc_value(f"costsched/visits/{reason}")
+
+    def next_request(self) -> Request | None:
+        request = self.fallback.next_request()
+        if request is None and self.budgeted and self._top_up():
+            request = self.fallback.next_request()
+        return request
+
+    def _top_up(self) -> bool:
+        """Move the next planned pages from the ranking into the wrapped scheduler."""
+        moved = 0
+        while moved < TOP_UP and self._next_planned_fits():
+            candidate = self._ranking[self._cursor]
+            self._cursor += 1
+            request = self.tracker.request_for(candidate.key)
+            if request is None:
+                self.stats.inc_value("costsched/skipped/no_template")
+                continue
+            request.priority += REFRESH_PRIORITY_OFFSET
+            reason = "discovery" if candidate.elapsed == math.inf else "refresh"
+            moved += self._admit(request, candidate.key, candidate.cost, reason)
+        return moved > 0
+
+    def _spider_idle(self, spider: Spider) -> None:
+        """Leftovers: nothing else will come, so continue the ranking with what is left."""
+        if not self.budgeted or self._plan_end >= len(self._ranking) + len(self._deferred):
+            return
+        if self._deferred:
+            now = self.tracker.now()
+            known = {c.key for c in self._ranking}
+            extra = [c for c in self.tracker.candidates(now) if c.key in {d.key for d in self._deferred}]
+            self._ranking.extend(c for _, c in rank(extra, self.config.objective) if c.key not in known)
+            self._deferred = []
+        self._plan_end = len(self._ranking)
+        while self._next_planned_fits():
+            candidate = self._ranking[self._cursor]
+            self._cursor += 1
+            request = self.tracker.request_for(candidate.key)
+            if request is None:
+                self.stats.inc_value("costsched/skipped/no_template")
+                continue
+            # Through the engine, so it wakes now rather than at its next heartbeat.
+            self.stats.inc_value("costsched/leftover_rounds")
+            assert self.crawler.engine is not None
+            self._cursor -= 1
+            self.crawler.engine.crawl(request)
+            raise DontCloseSpider

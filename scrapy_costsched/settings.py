@@ -1,0 +1,317 @@
+"""Every ``COSTSCHED_*`` setting: defaults, parsing and validation in one place.
+
+:class:`Config.from_settings` reads the settings once, when the crawl opens, and
+stops it with one line naming the setting, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import load_object
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+#: Defaults, alphabetical after the switch. A plugin cannot extend Scrapy's
+#: default settings, so every read goes through this table.
+DEFAULTS: dict[str, Any] = {
+    "COSTSCHED_ENABLED": True,
+    "COSTSCHED_BILLING": "requests",
+    "COSTSCHED_BUDGET": None,
+    "COSTSCHED_BUDGET_PERIOD": "1d",
+    "COSTSCHED_CLOCK": "time.time",
+    "COSTSCHED_COMMIT_EVERY": 50,
+    "COSTSCHED_DEFAULT_VALUE": "normal",
+    "COSTSCHED_DROP_UNCHANGED": False,
+    "COSTSCHED_FALLBACK_SCHEDULER": "scrapy.core.scheduler.Scheduler",
+    "COSTSCHED_HASH_FIELDS": {},
+    "COSTSCHED_HISTORY_HALF_LIFE": "180d",
+    "COSTSCHED_IGNORE_FIELDS": {},
+    "COSTSCHED_ITEM_KEY": None,
+    "COSTSCHED_OBJECTIVE": "freshness",
+    "COSTSCHED_RESERVE_DISCOVERY": 0.1,
+    "COSTSCHED_STATE": None,
+    "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
+}
+
+BILLING_MODELS = {
+    "requests": "scrapy_costsched.billing.RequestsBilling",
+    "credits": "scrapy_costsched.billing.CreditsBilling",
+}
+OBJECTIVES = ("freshness", "changes")
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_BYTE_UNITS = {
+    "b": 1.0,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 1024.0,
+    "mib": 1024.0**2,
+    "gib": 1024.0**3,
+    "tib": 1024.0**4,
+}
+_COUNT_UNITS = {"": 1.0, "k": 1e3, "m": 1e6}
+_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class SettingError(ValueError):
+    """A ``COSTSCHED_*`` setting has a value the add-on cannot use."""
+
+
+def _invalid(name: str, value: Any, accepted: str) -> SettingError:
+    return SettingError(f"{name} ({value!r}) is invalid: it must be {accepted}.")
+
+
+def parse_duration(name: str, value: Any) -> float:
+    """Seconds in *value*: a positive number of seconds or a string such as ``"1d"``, ``"12h"``."""
+    accepted = 'a positive number of seconds or a string like "30m", "12h", "1d", "1w"'
+    if isinstance(value, bool):
+        raise _invalid(name, value, accepted)
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _QUANTITY.match(value)):
+        unit = match.group(2).lower() or "s"
+        if unit not in _DURATION_UNITS:
+            raise _invalid(name, value, accepted)
+        seconds = float(match.group(1)) * _DURATION_UNITS[unit]
+    else:
+        raise _invalid(name, value, accepted)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise _invalid(name, value, accepted)
+    return seconds
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An amount per budget period, in the billing model's unit (``bytes`` or ``count``)."""
+
+    amount: float
+    kind: str
+
+
+def parse_budget(value: Any) -> Budget | None:
+    """Read ``COSTSCHED_BUDGET``: a number, ``"40000"``, ``"40k"``, ``"2GB"``, ``"500MiB"``; unset is shadow mode."""
+    name = "COSTSCHED_BUDGET"
+    accepted = 'a positive number or a string like "40000", "40k", "500MB", "2GB" (unset for shadow mode)'
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise _invalid(name, value, accepted)
+    if isinstance(value, (int, float)):
+        budget = Budget(float(value), "count")
+    elif isinstance(value, str) and (match := _QUANTITY.match(value)):
+        number, unit = float(match.group(1)), match.group(2).lower()
+        if unit in _COUNT_UNITS and unit != "m":
+            budget = Budget(number * _COUNT_UNITS[unit], "count")
+        elif unit in _BYTE_UNITS:
+            budget = Budget(number * _BYTE_UNITS[unit], "bytes")
+        else:
+            raise _invalid(name, value, accepted)
+    else:
+        raise _invalid(name, value, accepted)
+    if not math.isfinite(budget.amount) or budget.amount <= 0:
+        raise _invalid(name, value, accepted)
+    return budget
+
+
+def _fields_per_type(name: str, value: Any) -> dict[str, tuple[str, ...]]:
+    """``["a", "b"]`` (every item type) or ``{"Product": ["a"], "*": ["b"]}``."""
+    accepted = 'a list of field names, or a dict mapping item class names (or "*") to such lists'
+    value = _maybe_json(value)
+    if isinstance(value, (list, tuple)):
+        value = {"*": value}
+    if not isinstance(value, dict):
+        raise _invalid(name, value, accepted)
+    result: dict[str, tuple[str, ...]] = {}
+    for type_name, fields in value.items():
+        if not isinstance(type_name, str) or not isinstance(fields, (list, tuple)):
+            raise _invalid(name, value, accepted)
+        if not all(isinstance(f, str) for f in fields):
+            raise _invalid(name, value, accepted)
+        result[type_name] = tuple(fields)
+    return result
+
+
+def _item_key(value: Any) -> dict[str, str]:
+    name, accepted = "COSTSCHED_ITEM_KEY", 'a field name, or a dict mapping item class names (or "*") to field names'
+    value = _maybe_json(value)
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        return {"*": value}
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return dict(value)
+    raise _invalid(name, value, accepted)
+
+
+def _maybe_json(value: Any) -> Any:
+    """Command-line overrides (``-s NAME=...``) arrive as strings; accept JSON there."""
+    if isinstance(value, str) and value.strip()[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _value_tiers(value: Any) -> dict[str, float]:
+    name, accepted = "COSTSCHED_VALUE_TIERS", "a dict mapping tier names to positive numbers"
+    value = _maybe_json(value)
+    if not isinstance(value, dict) or not value:
+        raise _invalid(name, value, accepted)
+    tiers: dict[str, float] = {}
+    for tier, weight in value.items():
+        if not isinstance(tier, str) or isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise _invalid(name, value, accepted)
+        if not math.isfinite(weight) or weight <= 0:
+            raise _invalid(name, value, accepted)
+        tiers[tier] = float(weight)
+    return tiers
+
+
+def _fraction(settings: BaseSettings, name: str) -> float:
+    value = settings.get(name, DEFAULTS[name])
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _invalid(name, value, "a number from 0 up to (not including) 1") from None
+    if not 0.0 <= number < 1.0:
+        raise _invalid(name, value, "a number from 0 up to (not including) 1")
+    return number
+
+
+def _clock(value: Any) -> Callable[[], float]:
+    name, accepted = "COSTSCHED_CLOCK", "a dotted path to a zero-argument callable returning epoch seconds"
+    try:
+        clock = load_object(value) if isinstance(value, str) else value
+    except (ImportError, NameError, ValueError, AttributeError):
+        raise _invalid(name, value, accepted) from None
+    if not callable(clock):
+        raise _invalid(name, value, accepted)
+    try:
+        now = clock()
+    except Exception as exc:  # noqa: BLE001 - any failure of a user callable is reported the same way
+        raise SettingError(f"COSTSCHED_CLOCK ({value!r}) failed when called: {exc!r}.") from None
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise _invalid(name, value, accepted + f" (it returned {now!r})")
+    return clock  # type: ignore[no-any-return]
+
+
+def resolve_value(value: Any, tiers: Mapping[str, float]) -> float | None:
+    """The numeric value of a page: a positive number, or the weight of a named tier; ``None`` if invalid."""
+    if isinstance(value, str):
+        return tiers.get(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number > 0 else None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated ``COSTSCHED_*`` settings of one crawl."""
+
+    enabled: bool
+    billing: str
+    budget: Budget | None
+    budget_period: float
+    clock: Callable[[], float]
+    commit_every: int
+    default_value: str | float
+    drop_unchanged: bool
+    fallback_scheduler: str
+    hash_fields: dict[str, tuple[str, ...]]
+    history_half_life: float
+    ignore_fields: dict[str, tuple[str, ...]]
+    item_key: dict[str, str]
+    objective: str
+    reserve_discovery: float
+    state: str | None
+    value_tiers: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def shadow(self) -> bool:
+        """No budget: every request goes out, observations are only recorded."""
+        return self.budget is None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        def get(name: str) -> Any:
+            return settings.get(name, DEFAULTS[name])
+
+        billing = get("COSTSCHED_BILLING")
+        if not isinstance(billing, str) or not billing:
+            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits' or a dotted path to a billing class")
+        if billing == "bandwidth":
+            raise SettingError(
+                "COSTSCHED_BILLING ('bandwidth') needs the byte metering of ConditionalRequestMiddleware, which "
+                "this version does not ship yet; use 'requests', 'credits' or a dotted path to a billing class."
+            )
+        if billing not in BILLING_MODELS and "." not in billing:
+            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits' or a dotted path to a billing class")
+        budget = parse_budget(get("COSTSCHED_BUDGET"))
+        if budget is not None and budget.kind == "bytes" and billing in BILLING_MODELS:
+            raise SettingError(
+                f"COSTSCHED_BUDGET ({get('COSTSCHED_BUDGET')!r}) is an amount of bytes but COSTSCHED_BILLING is "
+                f"{billing!r}, which counts {billing}; give a plain number."
+            )
+        objective = get("COSTSCHED_OBJECTIVE")
+        if objective not in OBJECTIVES:
+            raise _invalid("COSTSCHED_OBJECTIVE", objective, " or ".join(repr(o) for o in OBJECTIVES))
+        commit_every = get("COSTSCHED_COMMIT_EVERY")
+        try:
+            commit_every = int(commit_every)
+        except (TypeError, ValueError):
+            raise _invalid("COSTSCHED_COMMIT_EVERY", commit_every, "a positive integer") from None
+        if commit_every < 1:
+            raise _invalid("COSTSCHED_COMMIT_EVERY", commit_every, "a positive integer")
+        tiers = _value_tiers(get("COSTSCHED_VALUE_TIERS"))
+        default_value = _maybe_number(get("COSTSCHED_DEFAULT_VALUE"))
+        if resolve_value(default_value, tiers) is None:
+            raise _invalid("COSTSCHED_DEFAULT_VALUE", default_value, "a positive number or a tier name of COSTSCHED_VALUE_TIERS")
+        state = get("COSTSCHED_STATE")
+        if state is not None and (not isinstance(state, str) or not state):
+            raise _invalid("COSTSCHED_STATE", state, "a file path or a sqlite:///path URI")
+        if isinstance(state, str) and state.startswith("redis://"):
+            raise SettingError(
+                f"COSTSCHED_STATE ({state!r}): the Redis store is not available in this version; "
+                "use a file path or sqlite:///path."
+            )
+        return cls(
+            enabled=settings.getbool("COSTSCHED_ENABLED", DEFAULTS["COSTSCHED_ENABLED"]),
+            billing=billing,
+            budget=budget,
+            budget_period=parse_duration("COSTSCHED_BUDGET_PERIOD", get("COSTSCHED_BUDGET_PERIOD")),
+            clock=_clock(get("COSTSCHED_CLOCK")),
+            commit_every=commit_every,
+            default_value=default_value,
+            drop_unchanged=settings.getbool("COSTSCHED_DROP_UNCHANGED", DEFAULTS["COSTSCHED_DROP_UNCHANGED"]),
+            fallback_scheduler=str(get("COSTSCHED_FALLBACK_SCHEDULER")),
+            hash_fields=_fields_per_type("COSTSCHED_HASH_FIELDS", get("COSTSCHED_HASH_FIELDS")),
+            history_half_life=parse_duration("COSTSCHED_HISTORY_HALF_LIFE", get("COSTSCHED_HISTORY_HALF_LIFE")),
+            ignore_fields=_fields_per_type("COSTSCHED_IGNORE_FIELDS", get("COSTSCHED_IGNORE_FIELDS")),
+            item_key=_item_key(get("COSTSCHED_ITEM_KEY")),
+            objective=objective,
+            reserve_discovery=_fraction(settings, "COSTSCHED_RESERVE_DISCOVERY"),
+            state=state,
+            value_tiers=tiers,
+        )
+
+
+def _maybe_number(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value

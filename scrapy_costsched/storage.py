@@ -1,0 +1,189 @@
+"""The state store: one small interface, and its sqlitedict implementation.
+
+Values are JSON, never pickle: a state file must not be able to run code. Each
+page is kept twice: its full record (key ``page:<fingerprint>``) and a short
+summary row (``plan:<fingerprint>``) that planning reads by key range, so a large
+crawl plans without decoding every page's history. Everything lives in one table
+of one connection, so a commit is one SQLite transaction: a crash keeps all of a
+batch or none of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from sqlitedict import SqliteDict
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Bumped when stored data changes shape; a newer file is refused, never rewritten.
+SCHEMA_VERSION = 1
+SCHEMA_FORMAT = "scrapy-costsched"
+TABLE = "costsched"
+
+
+class StateError(RuntimeError):
+    """The state store cannot be used; the message says why and what to do."""
+
+
+class StateStorage(Protocol):
+    """Where a crawl's pages, ledger and priors live between runs.
+
+    ``open`` refuses (``StateError``) a store that is foreign, corrupt, newer than
+    this version, or in use by another process, and leaves it untouched. Writes may
+    be buffered until ``commit``; ``close`` commits.
+    """
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def get_meta(self, key: str) -> Any: ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
+
+    def get_page(self, fingerprint: str) -> dict[str, Any] | None: ...
+
+    def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None: ...
+
+    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]: ...
+
+    def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]: ...
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+class SqliteDictStorage:
+    """The default store: one SQLite file through sqlitedict, locked to one process."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock: IO[str] | None = None
+        self._db: SqliteDict | None = None
+
+    @classmethod
+    def from_uri(cls, uri: str) -> SqliteDictStorage:
+        """``sqlite:///relative/path``, ``sqlite:////absolute/path`` (as SQLAlchemy spells them) or a path."""
+        return cls(uri.removeprefix("sqlite:///"))
+
+    def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            fresh = not self.path.exists() or self.path.stat().st_size == 0
+            if not fresh:
+                self._check_existing()
+            self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,
+                                  autocommit=False, outer_stack=False)
+            if fresh:
+                self.set_meta("schema", {"format": SCHEMA_FORMAT, "version": SCHEMA_VERSION})
+                self.commit()
+        except BaseException:
+            self._release()
+            raise
+
+    def _acquire_lock(self) -> None:
+        lock = (self.path.parent / (self.path.name + ".lock")).open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise StateError(
+                f"The costsched state {str(self.path)!r} is in use by another process; "
+                "run one crawl per state file, or give each its own COSTSCHED_STATE."
+            ) from None
+        self._lock = lock
+
+    def _check_existing(self) -> None:
+        """Read the file without writing to it, and refuse anything that is not ours."""
+        where = f"The costsched state {str(self.path)!r}"
+        try:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                row = None
+                if TABLE in tables:
+                    row = conn.execute(f'SELECT value FROM "{TABLE}" WHERE key = ?', ("meta:schema",)).fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{where} is not a readable SQLite file ({exc}); it was left untouched. "
+                             "Point COSTSCHED_STATE at another path or move the file away.") from None
+        try:
+            schema = json.loads(row[0]) if row else None
+        except (TypeError, ValueError):
+            schema = None
+        if not isinstance(schema, dict) or schema.get("format") != SCHEMA_FORMAT:
+            raise StateError(f"{where} was not written by scrapy-costsched; it was left untouched. "
+                             "Point COSTSCHED_STATE at another path.")
+        version = schema.get("version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise StateError(f"{where} has schema version {version!r}, newer than this scrapy-costsched "
+                             f"understands ({SCHEMA_VERSION}); it was left untouched. Most likely it was written "
+                             "by a newer release: upgrade scrapy-costsched to continue this crawl.")
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.commit(blocking=True)
+            self._db.close()
+            self._db = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    @property
+    def db(self) -> SqliteDict:
+        if self._db is None:
+            raise StateError("the costsched state store is not open")
+        return self._db
+
+    def commit(self) -> None:
+        self.db.commit(blocking=True)
+
+    def get_meta(self, key: str) -> Any:
+        return self.db.get(f"meta:{key}")
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db[f"meta:{key}"] = value
+
+    def get_page(self, fingerprint: str) -> dict[str, Any] | None:
+        page: dict[str, Any] | None = self.db.get(f"page:{fingerprint}")
+        return page
+
+    def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None:
+        self.db[f"page:{fingerprint}"] = page
+        self.db[f"plan:{fingerprint}"] = summary
+
+    def _range(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        # A key-range scan on the primary key: only the rows asked for are read and decoded.
+        query = f'SELECT key, value FROM "{TABLE}" WHERE key >= ? AND key < ? ORDER BY key'
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        for key, value in self.db.conn.select(query, (prefix, end)):
+            yield key[len(prefix):], json.loads(value)
+
+    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
+        yield from self._range("plan:")
+
+    def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield from self._range("page:")
+
+
+def storage_from_uri(uri: str) -> StateStorage:
+    """The store named by ``COSTSCHED_STATE``: a path or ``sqlite:///path``."""
+    return SqliteDictStorage.from_uri(uri)

@@ -1,0 +1,59 @@
+"""A spider for ``scrapy runspider``: one request per scheduler edge case."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import scrapy
+from scrapy import signals
+
+
+class EdgeSpider(scrapy.Spider):
+    name = "edge"
+    custom_settings = {  # noqa: RUF012
+        "ADDONS": {"scrapy_costsched.Addon": 0},
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "RETRY_TIMES": 2,
+        "LOG_LEVEL": "INFO",
+    }
+
+    def __init__(self, site: str = "", stats_file: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.site = site
+        self.stats_file = stats_file
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> EdgeSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.dump_stats, signal=signals.spider_closed)
+        return spider
+
+    def dump_stats(self) -> None:
+        stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
+        with open(self.stats_file, "w") as f:
+            json.dump(stats, f)
+
+    async def start(self) -> Any:
+        base = self.site
+        yield scrapy.Request(f"{base}/page/1", callback=self.parse_item)
+        yield scrapy.Request(f"{base}/page/1", callback=self.parse_item, dont_filter=True)
+        yield scrapy.Request(f"{base}/flaky/2", callback=self.parse_item)
+        yield scrapy.Request(f"{base}/redirect/3", callback=self.parse_item)
+        yield scrapy.Request(f"{base}/page/4", callback=lambda response: self.parse_item(response))
+        yield scrapy.Request(f"{base}/gone/5", callback=self.parse_item)
+        if os.environ.get("EDGE_CHAIN"):
+            yield scrapy.Request(f"{base}/page/6", callback=self.parse_first_half)
+
+    def parse_item(self, response: Any) -> Any:
+        yield {"url": response.url, "title": response.css("h1::text").get()}
+
+    def parse_first_half(self, response: Any) -> Any:
+        """A multi-request item: the second half is fetched with the page's meta, so it belongs to page 6."""
+        yield response.follow("/page/7", callback=self.parse_second_half, meta=response.meta,
+                              cb_kwargs={"first": response.css("h1::text").get()})
+
+    def parse_second_half(self, response: Any, first: str) -> Any:
+        yield {"url": response.url, "title": first + " + " + response.css("h1::text").get()}

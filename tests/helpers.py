@@ -1,0 +1,100 @@
+"""Shared helpers: the demo site on loopback, real ``scrapy crawl`` runs, and a read-only view of the state."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "example_project"
+sys.path.insert(0, str(PROJECT))
+
+from demo_site.catalog import DAY, EPOCH0, Catalog  # noqa: E402
+from demo_site.clock import set_clock  # noqa: E402
+from demo_site.server import serve_in_thread  # noqa: E402
+
+TIERS = {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0}
+
+
+@dataclass
+class DemoSite:
+    """The example project's shop on 127.0.0.1, with its clock file."""
+
+    catalog: Catalog
+    url: str
+    clock_file: Path
+
+    def set_time(self, t: float) -> None:
+        set_clock(self.clock_file, t)
+
+    @staticmethod
+    def day(d: float, hour: float = 6.0) -> float:
+        return EPOCH0 + d * DAY + hour * 3600.0
+
+
+@dataclass
+class CrawlResult:
+    returncode: int
+    stats: dict[str, Any]
+    items: list[dict[str, Any]]
+    log: str
+    args: list[str] = field(default_factory=list)
+
+
+def crawl_command(site: DemoSite, workdir: Path, *, budget: float | None = None, state: Path | None = None,
+                  settings: dict[str, Any] | None = None, spider_args: dict[str, Any] | None = None,
+                  tag: str = "run") -> tuple[list[str], dict[str, str], Path, Path]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    stats_file, items_file = workdir / f"{tag}.stats.json", workdir / f"{tag}.items.jsonl"
+    for stale in (stats_file, items_file):
+        stale.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "scrapy", "crawl", "shop", "-a", f"site={site.url}",
+           "-a", f"categories={site.catalog.categories}",
+           "-s", f"COSTSCHED_STATE={state or workdir / 'state.sqlite'}",
+           "-s", f"DEMO_STATS_FILE={stats_file}", "-s", "ROBOTSTXT_OBEY=False", "-O", f"{items_file}:jsonlines"]
+    if budget is not None:
+        cmd += ["-s", f"COSTSCHED_BUDGET={budget}"]
+    for name, value in (settings or {}).items():
+        cmd += ["-s", f"{name}={value}"]
+    for name, value in (spider_args or {}).items():
+        cmd += ["-a", f"{name}={value}"]
+    env = dict(os.environ, DEMO_CLOCK_FILE=str(site.clock_file),
+               PYTHONPATH=os.pathsep.join([str(PROJECT), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return cmd, env, stats_file, items_file
+
+
+def crawl(site: DemoSite, workdir: Path, *, timeout: float = 180, **kwargs: Any) -> CrawlResult:
+    """One real ``scrapy crawl shop`` against *site*, as a scheduled job would run it."""
+    cmd, env, stats_file, items_file = crawl_command(site, workdir, **kwargs)
+    proc = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    items = [json.loads(line) for line in items_file.read_text().splitlines()] if items_file.exists() else []
+    return CrawlResult(proc.returncode, stats, items, proc.stderr, cmd)
+
+
+def read_state(path: Path) -> dict[str, dict[str, Any]]:
+    """Every table of a state file as plain dicts, read with sqlite3 alone (independent of the store code)."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute('SELECT key, value FROM "costsched"').fetchall()
+    finally:
+        conn.close()
+    tables: dict[str, dict[str, Any]] = {"meta": {}, "page": {}, "plan": {}}
+    for key, value in rows:
+        kind, _, name = key.partition(":")
+        tables[kind][name] = json.loads(value)
+    return {"meta": tables["meta"], "pages": tables["page"], "plan": tables["plan"]}
+
+
+def start_site(tmp: Path, **catalog_args: Any) -> tuple[DemoSite, Any]:
+    catalog = Catalog.generate(**catalog_args)
+    server, url = serve_in_thread(catalog)
+    site = DemoSite(catalog, url, tmp / "clock")
+    site.set_time(site.day(0))
+    return site, server

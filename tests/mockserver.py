@@ -1,0 +1,54 @@
+"""A small loopback site for the scheduler's edge cases: retries, redirects, 404s, a changing page."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class EdgeSite:
+    """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
+    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404). Loopback only."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with site._lock:
+                    site.hits[self.path] = site.hits.get(self.path, 0) + 1
+                    hits = site.hits[self.path]
+                kind, _, number = self.path.strip("/").partition("/")
+                if kind == "redirect":
+                    self._send(301, b"", {"Location": f"/page/{number}"})
+                elif kind == "flaky" and hits == 1:
+                    self._send(503, b"busy")
+                elif kind in ("page", "flaky"):
+                    body = f"<html><h1>{kind} {number} v{site.version}</h1></html>".encode()
+                    self._send(200, body, {"Content-Type": "text/html"})
+                else:
+                    self._send(404, b"gone")
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,103 @@
+"""Scheduler edge cases in real ``scrapy runspider`` crawls of a loopback site."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.helpers import ROOT, read_state
+from tests.mockserver import EdgeSite
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@pytest.fixture
+def edge_site() -> Iterator[EdgeSite]:
+    site = EdgeSite()
+    yield site
+    site.close()
+
+
+def runspider(site: EdgeSite, tmp: Path, *settings: str, chain: bool = False) -> dict[str, Any]:
+    stats_file = tmp / "stats.json"
+    cmd = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "tests" / "edge_spider.py"),
+           "-a", f"site={site.url}", "-a", f"stats_file={stats_file}",
+           "-s", f"COSTSCHED_STATE={tmp / 'state.sqlite'}", "-o", f"{tmp / 'items.jsonl'}:jsonlines"]
+    for setting in settings:
+        cmd += ["-s", setting]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if chain:
+        env["EDGE_CHAIN"] = "1"
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats: dict[str, Any] = json.loads(stats_file.read_text())
+    assert "log_count/ERROR" not in stats, proc.stderr[-3000:]
+    stats["_log"] = proc.stderr
+    return stats
+
+
+def test_retries_redirects_and_duplicates_are_not_scored_or_discovered(edge_site: EdgeSite, tmp_path: Path) -> None:
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    # page/1, flaky/2, redirect/3, page/4, gone/5: five pages, each discovered once.
+    assert stats["costsched/visits/discovery"] == 5
+    assert stats["costsched/visits"] == 5
+    assert stats["costsched/skipped/duplicate"] == 1  # the dont_filter=True copy of page/1
+    assert edge_site.hits["/page/1"] == 1
+    # One retry of flaky/2 and the redirect to page/3 went out as attempts of their pages.
+    assert stats["costsched/attempts/extra"] == 2
+    assert edge_site.hits["/flaky/2"] == 2
+    assert stats["costsched/spent"] == stats["downloader/request_count"] == 7
+    assert stats["costsched/baseline"] == 4
+    assert stats["costsched/gone"] == 1
+    pages = read_state(tmp_path / "state.sqlite")["pages"]
+    assert len(pages) == 5
+    assert sum(page["gone"] for page in pages.values()) == 1
+
+
+def test_unstorable_callback_still_runs_and_is_counted(edge_site: EdgeSite, tmp_path: Path) -> None:
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    assert stats["costsched/template/unstorable"] == 1
+    items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert {item["url"].rsplit("/", 1)[1] for item in items} == {"1", "2", "3", "4"}
+    page4 = next(p for p in read_state(tmp_path / "state.sqlite")["pages"].values() if p["url"].endswith("/page/4"))
+    assert page4["template"] is None
+    assert page4["visits"] == 1
+
+
+def test_chained_sub_request_items_belong_to_their_page(edge_site: EdgeSite, tmp_path: Path) -> None:
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100", chain=True)
+    assert stats["costsched/visits/discovery"] == 6  # page/7 is part of page/6's visit, not a page
+    pages = read_state(tmp_path / "state.sqlite")["pages"]
+    page6 = next(p for p in pages.values() if p["url"].endswith("/page/6"))
+    assert page6["record_kind"] == "items"
+    assert len(page6["item_hashes"]) == 1
+    assert not any(p["url"].endswith("/page/7") for p in pages.values())
+
+
+def test_budget_caps_a_run_and_the_rest_is_deferred(edge_site: EdgeSite, tmp_path: Path) -> None:
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=2", "RETRY_ENABLED=False")
+    assert stats["downloader/request_count"] <= 2
+    assert stats["costsched/skipped/discovery_deferred"] >= 3
+    # Deferred pages are known now, so the next run can re-issue them from their templates.
+    assert len(read_state(tmp_path / "state.sqlite")["pages"]) == 5
+
+
+def test_shadow_mode_sends_every_request(edge_site: EdgeSite, tmp_path: Path) -> None:
+    first = runspider(edge_site, tmp_path)
+    second = runspider(edge_site, tmp_path)
+    assert first["costsched/shadow"] is second["costsched/shadow"] is True
+    # As without the add-on: the dont_filter copy of page/1 goes out too, and the known
+    # pages are all fetched again (flaky/2 only fails its very first hit).
+    assert first["downloader/request_count"] == 8
+    assert second["downloader/request_count"] == 7
+    assert edge_site.hits["/page/1"] == 4
+    assert first["costsched/duplicate_fetch"] == second["costsched/duplicate_fetch"] == 1
+    assert second["costsched/visits/refresh"] == 5  # page/1 twice, flaky/2, redirect/3, page/4
+    assert second["costsched/unchanged"] == 4

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_costsched.settings import Budget, Config, SettingError, parse_budget, parse_duration
+
+
+def config(**settings: object) -> Config:
+    return Config.from_settings(Settings(settings))
+
+
+def test_defaults_are_shadow_mode_with_request_billing() -> None:
+    cfg = config()
+    assert cfg.shadow
+    assert cfg.billing == "requests"
+    assert cfg.budget_period == 86400.0
+    assert cfg.objective == "freshness"
+    assert cfg.value_tiers["high"] > cfg.value_tiers["normal"] > cfg.value_tiers["low"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (40000, Budget(40000.0, "count")),
+    ("40000", Budget(40000.0, "count")),
+    ("40k", Budget(40000.0, "count")),
+    ("2GB", Budget(2e9, "bytes")),
+    ("500MB", Budget(5e8, "bytes")),
+    ("1.5 GiB", Budget(1.5 * 1024**3, "bytes")),
+    (None, None),
+])
+def test_budget_units(value: object, expected: Budget | None) -> None:
+    assert parse_budget(value) == expected
+
+
+@pytest.mark.parametrize("value", ["-5", 0, "lots", "2XB", True, float("inf")])
+def test_bad_budget_is_one_clear_line(value: object) -> None:
+    with pytest.raises(SettingError, match=r"^COSTSCHED_BUDGET \(.*\) is invalid: it must be a positive number"):
+        config(COSTSCHED_BUDGET=value)
+
+
+def test_bytes_budget_with_request_billing_names_both_settings() -> None:
+    with pytest.raises(SettingError, match="COSTSCHED_BUDGET .* COSTSCHED_BILLING is 'requests'"):
+        config(COSTSCHED_BUDGET="2GB")
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1d", 86400.0), ("12h", 43200.0), ("30m", 1800.0),
+                                                ("1w", 604800.0), (3600, 3600.0)])
+def test_durations(value: object, seconds: float) -> None:
+    assert parse_duration("COSTSCHED_BUDGET_PERIOD", value) == seconds
+
+
+@pytest.mark.parametrize(("name", "value", "match"), [
+    ("COSTSCHED_BUDGET_PERIOD", "1 fortnight", "COSTSCHED_BUDGET_PERIOD"),
+    ("COSTSCHED_BUDGET_PERIOD", -1, "COSTSCHED_BUDGET_PERIOD"),
+    ("COSTSCHED_OBJECTIVE", "speed", "COSTSCHED_OBJECTIVE \\('speed'\\) is invalid: it must be 'freshness' or"),
+    ("COSTSCHED_BILLING", "bandwidth", "COSTSCHED_BILLING \\('bandwidth'\\) needs the byte metering"),
+    ("COSTSCHED_BILLING", "free", "COSTSCHED_BILLING"),
+    ("COSTSCHED_RESERVE_DISCOVERY", 1.5, "COSTSCHED_RESERVE_DISCOVERY"),
+    ("COSTSCHED_RESERVE_DISCOVERY", "x", "COSTSCHED_RESERVE_DISCOVERY"),
+    ("COSTSCHED_VALUE_TIERS", {"high": -1}, "COSTSCHED_VALUE_TIERS"),
+    ("COSTSCHED_VALUE_TIERS", [], "COSTSCHED_VALUE_TIERS"),
+    ("COSTSCHED_DEFAULT_VALUE", "gold", "COSTSCHED_DEFAULT_VALUE"),
+    ("COSTSCHED_HASH_FIELDS", "price", "COSTSCHED_HASH_FIELDS"),
+    ("COSTSCHED_IGNORE_FIELDS", {"Product": "ts"}, "COSTSCHED_IGNORE_FIELDS"),
+    ("COSTSCHED_ITEM_KEY", 5, "COSTSCHED_ITEM_KEY"),
+    ("COSTSCHED_CLOCK", "no.such.clock", "COSTSCHED_CLOCK"),
+    ("COSTSCHED_CLOCK", "os.getcwd", "COSTSCHED_CLOCK"),
+    ("COSTSCHED_COMMIT_EVERY", 0, "COSTSCHED_COMMIT_EVERY"),
+    ("COSTSCHED_STATE", "redis://localhost", "COSTSCHED_STATE"),
+])
+def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: str) -> None:
+    with pytest.raises(SettingError, match=match) as info:
+        config(**{name: value})
+    assert "\n" not in str(info.value)
+
+
+def test_command_line_json_values_are_accepted() -> None:
+    cfg = config(COSTSCHED_HASH_FIELDS='{"Product": ["price", "stock"]}', COSTSCHED_ITEM_KEY="sku",
+                 COSTSCHED_VALUE_TIERS='{"a": 1, "b": 3}', COSTSCHED_DEFAULT_VALUE="a")
+    assert cfg.hash_fields == {"Product": ("price", "stock")}
+    assert cfg.item_key == {"*": "sku"}
+    assert cfg.value_tiers == {"a": 1.0, "b": 3.0}
+
+
+def test_clock_is_called_through_the_dotted_path() -> None:
+    cfg = config(COSTSCHED_CLOCK="time.monotonic")
+    assert isinstance(cfg.clock(), float)
