@@ -196,6 +196,9 @@ class CostAwareScheduler(BaseScheduler):
         return self.fallback.enqueue_request(request)
 
     def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
+        if cost > self.tracker.remaining_budget():  # retries took what the plan had counted on
+            self.stats.inc_value("costsched/skipped/budget")
+            return False
         self._dispatched.add(key)
         request.meta["costsched_page"] = key
         request.dont_filter = True  # deduplicated here, once per run; see check_revisit_settings
@@ -229,26 +232,38 @@ class CostAwareScheduler(BaseScheduler):
         return moved > 0
 
     def _spider_idle(self, spider: Spider) -> None:
-        """Leftovers: nothing else will come, so continue the ranking with what is left."""
-        if not self.budgeted or self._plan_end >= len(self._ranking) + len(self._deferred):
+        """Leftovers: nothing else will come, so extend the plan over the ranking with what is left."""
+        if not self.budgeted:
             return
-        if self._deferred:
-            now = self.tracker.now()
+        if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
+            deferred = {c.key for c in self._deferred}
             known = {c.key for c in self._ranking}
-            extra = [c for c in self.tracker.candidates(now) if c.key in {d.key for d in self._deferred}]
-            self._ranking.extend(c for _, c in rank(extra, self.config.objective) if c.key not in known)
+            extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred - known]
+            self._ranking.extend(c for _, c in rank(extra, self.config.objective))
             self._deferred = []
-        self._plan_end = len(self._ranking)
+        self._extend_plan()
         while self._next_planned_fits():
             candidate = self._ranking[self._cursor]
-            self._cursor += 1
             request = self.tracker.request_for(candidate.key)
             if request is None:
+                self._cursor += 1
                 self.stats.inc_value("costsched/skipped/no_template")
                 continue
             # Through the engine, so it wakes now rather than at its next heartbeat.
             self.stats.inc_value("costsched/leftover_rounds")
             assert self.crawler.engine is not None
-            self._cursor -= 1
             self.crawler.engine.crawl(request)
             raise DontCloseSpider
+
+    def _extend_plan(self) -> None:
+        """Move the end of the plan down the ranking as far as the remaining budget pays."""
+        budget = self.tracker.remaining_budget()
+        end = self._cursor
+        while end < len(self._ranking):
+            candidate = self._ranking[end]
+            if candidate.key not in self._dispatched:
+                if candidate.cost > budget:
+                    break
+                budget -= candidate.cost
+            end += 1
+        self._plan_end = max(self._plan_end, end)

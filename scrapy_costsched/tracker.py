@@ -279,7 +279,7 @@ class Tracker:
         assert self.store is not None
         result = []
         for key, (last_visit, rate, raw_value, gone, has_template, group) in self.store.iter_summaries():
-            if gone or not has_template:
+            if gone:
                 continue
             value = resolve_value(raw_value, self.config.value_tiers)
             if value is None:

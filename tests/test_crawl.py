@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from scrapy_costsched.model import visit_index
+from scrapy_costsched.model import RatePrior, visit_index
 from tests.helpers import TIERS, DemoSite, crawl, read_state, start_site
 
 if TYPE_CHECKING:
@@ -40,14 +40,14 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
     """
     ranked = []
     for key, page in state["pages"].items():
-        if page["gone"] or page["template"] is None:
+        if page["gone"]:
             continue
         value = TIERS[page["value"]] if isinstance(page["value"], str) else page["value"]
         if page["estimate"] is not None:
             rate = page["estimate"][0]
         else:
             prior = state["meta"].get(f"prior:{page['host']}|{page['page_type']}")
-            rate = math.exp(prior[0]) if prior else 0.1
+            rate = math.exp(prior[0] if prior else RatePrior().mean_log)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
         index = visit_index(value, rate, elapsed, 1.0)
         if index > 0:

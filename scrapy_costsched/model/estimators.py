@@ -445,13 +445,79 @@ def _log_sum_exp(values: Iterable[float]) -> float:
     return top + math.log(math.fsum(math.exp(v - top) for v in values))
 
 
+def _summarise(grid: Sequence[float], step: float, log_post: Sequence[float]) -> RateEstimate:
+    # Posterior mass spread evenly over each cell of width *step* in log(rate).
+    top = max(log_post)
+    weights = [math.exp(v - top) for v in log_post]
+    cumulative = list(accumulate(weights))
+    total = cumulative[-1]
+    mean_log = math.fsum(map(mul, weights, grid)) / total
+
+    def quantile(q: float) -> float:
+        target = q * total
+        j = min(bisect_left(cumulative, target), len(grid) - 1)
+        before = cumulative[j - 1] if j else 0.0
+        share = (target - before) / weights[j] if weights[j] > 0.0 else 0.5
+        return math.exp(grid[j] + (share - 0.5) * step)
+
+    return RateEstimate(math.exp(mean_log), quantile(0.05), quantile(0.95))
+
+
+def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> RateEstimate:
+    """Posterior on a local grid when it is too narrow for the fixed one.
+
+    The log-posterior is concave in u = log(rate), so Newton's method from the
+    best grid point finds the mode; the local grid spans +-9 standard
+    deviations of the Laplace approximation in steps of half of one.
+    """
+    items = list(stats.changed.items())
+    unchanged = stats.unchanged_time
+    m, var = prior.mean_log, prior.sd_log**2
+
+    def log_post(u: float) -> float:
+        rate = math.exp(u)
+        total = -rate * unchanged - 0.5 * (u - m) ** 2 / var
+        for t, w in items:
+            total += w * math.log(-math.expm1(-rate * t))
+        return total
+
+    a, b = start - _LOG_STEP, start + _LOG_STEP
+    u = start
+    for _ in range(100):
+        value, slope = _score(items, unchanged, math.exp(u))
+        value -= (u - m) / var
+        slope -= 1.0 / var
+        if value > 0.0:
+            a = u
+        elif value < 0.0:
+            b = u
+        step = u - value / slope
+        if not a <= step <= b:
+            step = 0.5 * (a + b)
+        done = abs(step - u) <= 1e-12 or value == 0.0
+        u = step
+        if done:
+            break
+    _, slope = _score(items, unchanged, math.exp(u))
+    half = 0.5 / math.sqrt(1.0 / var - slope)
+    for _ in range(8):  # widen if the tails are heavier than the Laplace approximation
+        grid = [u + k * half for k in range(-18, 19)]
+        values = [log_post(x) for x in grid]
+        if max(values[0], values[-1]) < max(values) - 30.0:
+            break
+        half *= 2.0
+    return _summarise(grid, half, values)
+
+
 def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
     """Posterior change rate of one page under a log-normal *prior*.
 
     The posterior is evaluated on a fixed log-spaced grid of 121 rates from
-    1e-5 to 1e3 per time unit.  *rate* is its geometric mean exp(E[log rate]),
-    finite and positive even when every visit, or no visit, saw a change
-    (where the MLE is inf or 0); *low* and *high* are its 5% and 95% quantiles.
+    1e-5 to 1e3 per time unit, or, once a long history makes it narrower than
+    the grid, on a local grid around its mode.  *rate* is the posterior
+    geometric mean exp(E[log rate]), finite and positive even when every
+    visit, or no visit, saw a change (where the MLE is inf or 0); *low* and
+    *high* are the 5% and 95% posterior quantiles.
 
     >>> est = estimate_rate(ChangeStats(), RatePrior(math.log(0.5), 1.0))
     >>> round(est.rate, 3), round(est.low, 2), round(est.high, 1)
@@ -459,21 +525,12 @@ def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
     """
     log_prior = _log_prior_column(prior.mean_log, prior.sd_log)
     post = [a + b for a, b in zip(_grid_log_likelihood(stats), log_prior, strict=True)]
-    top = max(post)
-    weights = [math.exp(v - top) for v in post]
-    cumulative = list(accumulate(weights))
-    total = cumulative[-1]
-    mean_log = math.fsum(map(mul, weights, _LOG_GRID)) / total
-
-    def quantile(q: float) -> float:
-        # Mass spread evenly over each grid cell in log(rate).
-        target = q * total
-        j = min(bisect_left(cumulative, target), _GRID_SIZE - 1)
-        before = cumulative[j - 1] if j else 0.0
-        share = (target - before) / weights[j] if weights[j] > 0.0 else 0.5
-        return math.exp(_LOG_GRID[j] + (share - 0.5) * _LOG_STEP)
-
-    return RateEstimate(math.exp(mean_log), quantile(0.05), quantile(0.95))
+    j = max(range(_GRID_SIZE), key=post.__getitem__)
+    # A second difference below -1/4 means a posterior sd under two grid steps,
+    # too narrow for accurate quantiles on the fixed grid.
+    if 0 < j < _GRID_SIZE - 1 and post[j - 1] - 2.0 * post[j] + post[j + 1] < -0.25:
+        return _refined_estimate(stats, prior, _LOG_GRID[j])
+    return _summarise(_LOG_GRID, _LOG_STEP, post)
 
 
 def log_marginal_likelihood(stats: Iterable[ChangeStats], prior: RatePrior) -> float:
