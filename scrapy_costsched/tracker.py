@@ -23,7 +23,7 @@ from scrapy_costsched.model import RatePrior, estimate_rate, fit_prior
 from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.pages import PageState, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, item_type_name, record_hash
-from scrapy_costsched.settings import BILLING_MODELS, Config, resolve_value
+from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
 
 if TYPE_CHECKING:
@@ -99,9 +99,15 @@ class Tracker:
     def of(cls, crawler: Crawler) -> Tracker:
         """The tracker of *crawler*, created on first use."""
         tracker: Tracker | None = getattr(crawler, _TRACKER_ATTR, None)
-        if tracker is None:
-            tracker = cls(crawler, Config.from_settings(crawler.settings))
-            setattr(crawler, _TRACKER_ATTR, tracker)
+        try:
+            if tracker is None:
+                tracker = cls(crawler, Config.from_settings(crawler.settings))
+                setattr(crawler, _TRACKER_ATTR, tracker)
+            if tracker.config.enabled and crawler.spider is not None:
+                tracker.open()  # refuse a bad state file before anything else starts
+        except (SettingError, StateError) as exc:
+            logger.critical("%s", exc)
+            raise
         return tracker
 
     # -- lifecycle -------------------------------------------------------

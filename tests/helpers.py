@@ -98,3 +98,11 @@ def start_site(tmp: Path, **catalog_args: Any) -> tuple[DemoSite, Any]:
     site = DemoSite(catalog, url, tmp / "clock")
     site.set_time(site.day(0))
     return site, server
+
+
+#: The clock of in-process component tests (``COSTSCHED_CLOCK = "tests.helpers.fake_now"``).
+NOW = [1_767_225_600.0]
+
+
+def fake_now() -> float:
+    return NOW[0]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
+import signal
 import statistics
+import subprocess
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from scrapy_costsched.model import RatePrior, visit_index
-from tests.helpers import TIERS, DemoSite, crawl, read_state, start_site
+from tests.helpers import PROJECT, TIERS, DemoSite, crawl, crawl_command, read_state, start_site
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -111,3 +114,81 @@ def test_first_run_is_all_discovery(history: dict[str, Any]) -> None:
     stats = history["days"][0]["result"].stats
     assert stats["costsched/visits/discovery"] == BUDGET
     assert "costsched/visits/refresh" not in stats
+
+
+@pytest.fixture
+def small_site(tmp_path: Path) -> Iterator[DemoSite]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
+    demo, server = start_site(tmp_path, products=24, categories=2, seed=3, horizon_days=10, new_per_day=0)
+    yield demo
+    server.shutdown()
+    mp.undo()
+
+
+def test_known_pages_the_spider_does_not_yield_are_reissued_with_their_callback(
+        small_site: DemoSite, tmp_path: Path) -> None:
+    small_site.set_time(small_site.day(1))
+    first = crawl(small_site, tmp_path, budget=100, tag="first")
+    assert len(first.items) == 24
+    small_site.set_time(small_site.day(4))
+    second = crawl(small_site, tmp_path, budget=100, spider_args={"follow": 0}, tag="second")
+    assert second.returncode == 0, second.log[-3000:]
+    # The listings yielded nothing, yet products were fetched and parsed by parse_product.
+    assert second.stats["costsched/visits/refresh"] > 2
+    products = {item["product_id"] for item in second.items}
+    assert len(products) == second.stats["costsched/visits/refresh"] - 2
+    assert all(item["name"] and item["price"] for item in second.items)
+
+
+def test_a_restart_in_the_same_period_continues_its_ledger(small_site: DemoSite, tmp_path: Path) -> None:
+    small_site.set_time(small_site.day(1))
+    crawl(small_site, tmp_path, budget=100, tag="seed")
+    small_site.set_time(small_site.day(3))
+    interrupted = crawl(small_site, tmp_path, budget=20, settings={"CLOSESPIDER_PAGECOUNT": 5,
+                                                                     "CONCURRENT_REQUESTS": 1}, tag="interrupted")
+    spent = interrupted.stats["costsched/spent"]
+    assert 5 <= spent < 20
+    small_site.set_time(small_site.day(3, hour=9))  # same day: same budget period
+    resumed = crawl(small_site, tmp_path, budget=20, tag="resumed")
+    assert resumed.stats["costsched/period_spent_at_start"] == spent
+    assert resumed.stats["downloader/request_count"] == 20 - spent
+    small_site.set_time(small_site.day(4))  # a new period has its whole budget again
+    next_day = crawl(small_site, tmp_path, budget=20, tag="next")
+    assert next_day.stats["costsched/period_spent_at_start"] == 0
+    assert next_day.stats["downloader/request_count"] == 20
+
+
+def test_sigkill_loses_no_committed_observation(small_site: DemoSite, tmp_path: Path) -> None:
+    small_site.set_time(small_site.day(1))
+    cmd, env, _, _ = crawl_command(small_site, tmp_path, budget=100, settings={
+        "COSTSCHED_COMMIT_EVERY": 2, "LOG_LEVEL": "DEBUG", "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0.05})
+    proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stderr=subprocess.PIPE, text=True)
+    committed = 0
+    assert proc.stderr is not None
+    for line in proc.stderr:  # bounded: the crawl ends on its own if never killed
+        if match := re.search(r"costsched: committed; (\d+) observations", line):
+            committed = int(match.group(1))
+            if committed >= 8:
+                proc.send_signal(signal.SIGKILL)
+                break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    state = read_state(tmp_path / "state.sqlite")  # the file opens and reads
+    observed = sum(page["visits"] for page in state["pages"].values())
+    assert observed >= committed >= 8
+    resumed = crawl(small_site, tmp_path, budget=100, tag="after-kill")  # and the crawl goes on from it
+    assert resumed.returncode == 0, resumed.log[-3000:]
+
+
+def test_foreign_state_file_stops_the_crawl_with_one_line_and_is_untouched(
+        small_site: DemoSite, tmp_path: Path) -> None:
+    state = tmp_path / "foreign.sqlite"
+    state.write_bytes(b"not a database at all" * 50)
+    before = state.read_bytes()
+    result = crawl(small_site, tmp_path, budget=10, state=state)
+    assert result.returncode != 0
+    assert re.search(r"CRITICAL: The costsched state .* is not a readable SQLite file .*; it was left untouched",
+                     result.log)
+    assert result.stats.get("downloader/request_count", 0) == 0
+    assert state.read_bytes() == before

@@ -66,6 +66,7 @@ _LOG_STEP = (math.log(1e3) - _LOG_GRID_LOW) / (_GRID_SIZE - 1)
 _LOG_GRID = tuple(_LOG_GRID_LOW + j * _LOG_STEP for j in range(_GRID_SIZE))
 _LOG_GRID_SQ = tuple(x * x for x in _LOG_GRID)
 _RATE_GRID = tuple(math.exp(x) for x in _LOG_GRID)
+_GRID_EDGES = tuple(_LOG_GRID_LOW + (j - 0.5) * _LOG_STEP for j in range(_GRID_SIZE + 1))
 _MIN_SD_LOG = 0.05
 _MIN_INTERVAL = 1e-9
 
@@ -445,30 +446,34 @@ def _log_sum_exp(values: Iterable[float]) -> float:
     return top + math.log(math.fsum(math.exp(v - top) for v in values))
 
 
-def _summarise(grid: Sequence[float], step: float, log_post: Sequence[float]) -> RateEstimate:
-    # Posterior mass spread evenly over each cell of width *step* in log(rate).
+def _summarise(points: Sequence[float], log_post: Sequence[float], edges: Sequence[float]) -> RateEstimate:
+    # Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate).
     top = max(log_post)
-    weights = [math.exp(v - top) for v in log_post]
-    cumulative = list(accumulate(weights))
+    widths = [b - a for a, b in zip(edges, edges[1:])]
+    masses = [math.exp(v - top) * w for v, w in zip(log_post, widths, strict=True)]
+    cumulative = list(accumulate(masses))
     total = cumulative[-1]
-    mean_log = math.fsum(map(mul, weights, grid)) / total
+    centres = [0.5 * (a + b) for a, b in zip(edges, edges[1:])]
+    mean_log = math.fsum(map(mul, masses, centres)) / total
 
     def quantile(q: float) -> float:
         target = q * total
-        j = min(bisect_left(cumulative, target), len(grid) - 1)
+        j = min(bisect_left(cumulative, target), len(points) - 1)
         before = cumulative[j - 1] if j else 0.0
-        share = (target - before) / weights[j] if weights[j] > 0.0 else 0.5
-        return math.exp(grid[j] + (share - 0.5) * step)
+        share = (target - before) / masses[j] if masses[j] > 0.0 else 0.5
+        return math.exp(edges[j] + share * widths[j])
 
     return RateEstimate(math.exp(mean_log), quantile(0.05), quantile(0.95))
 
 
 def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> RateEstimate:
-    """Posterior on a local grid when it is too narrow for the fixed one.
+    """Posterior on a local grid, for posteriors too narrow for the fixed one.
 
     The log-posterior is concave in u = log(rate), so Newton's method from the
-    best grid point finds the mode; the local grid spans +-9 standard
-    deviations of the Laplace approximation in steps of half of one.
+    best grid point finds the mode.  From there the grid steps outwards, at
+    first by half the standard deviation of the Laplace approximation,
+    doubling the step wherever the density is flat, until the density has
+    dropped by e**-30 or the fixed grid's range ends.
     """
     items = list(stats.changed.items())
     unchanged = stats.unchanged_time
@@ -482,31 +487,46 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
         return total
 
     a, b = start - _LOG_STEP, start + _LOG_STEP
-    u = start
+    mode = start
     for _ in range(100):
-        value, slope = _score(items, unchanged, math.exp(u))
-        value -= (u - m) / var
+        value, slope = _score(items, unchanged, math.exp(mode))
+        value -= (mode - m) / var
         slope -= 1.0 / var
         if value > 0.0:
-            a = u
+            a = mode
         elif value < 0.0:
-            b = u
-        step = u - value / slope
+            b = mode
+        step = mode - value / slope
         if not a <= step <= b:
             step = 0.5 * (a + b)
-        done = abs(step - u) <= 1e-12 or value == 0.0
-        u = step
+        done = abs(step - mode) <= 1e-12 or value == 0.0
+        mode = step
         if done:
             break
-    _, slope = _score(items, unchanged, math.exp(u))
-    half = 0.5 / math.sqrt(1.0 / var - slope)
-    for _ in range(8):  # widen if the tails are heavier than the Laplace approximation
-        grid = [u + k * half for k in range(-18, 19)]
-        values = [log_post(x) for x in grid]
-        if max(values[0], values[-1]) < max(values) - 30.0:
-            break
-        half *= 2.0
-    return _summarise(grid, half, values)
+    _, slope = _score(items, unchanged, math.exp(mode))
+    first_step = 0.5 / math.sqrt(1.0 / var - slope)
+    top = log_post(mode)
+    sides = []
+    for direction in (-1.0, 1.0):
+        side: list[tuple[float, float]] = []
+        u, previous, step = mode, top, first_step
+        limit = _GRID_EDGES[0] if direction < 0.0 else _GRID_EDGES[-1]
+        while len(side) < 400 and (u - limit) * direction < 0.0:
+            u += direction * step
+            if (u - limit) * direction > 0.0:
+                u = limit
+            value = log_post(u)
+            side.append((u, value))
+            if value < top - 30.0:
+                break
+            if previous - value < 0.25:
+                step *= 2.0
+            previous = value
+        sides.append(side)
+    nodes = [*reversed(sides[0]), (mode, top), *sides[1]]
+    points = [u for u, _ in nodes]
+    edges = [points[0], *(0.5 * (x + y) for x, y in zip(points, points[1:])), points[-1]]
+    return _summarise(points, [v for _, v in nodes], edges)
 
 
 def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
@@ -530,7 +550,7 @@ def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
     # too narrow for accurate quantiles on the fixed grid.
     if 0 < j < _GRID_SIZE - 1 and post[j - 1] - 2.0 * post[j] + post[j + 1] < -0.25:
         return _refined_estimate(stats, prior, _LOG_GRID[j])
-    return _summarise(_LOG_GRID, _LOG_STEP, post)
+    return _summarise(_LOG_GRID, post, _GRID_EDGES)
 
 
 def log_marginal_likelihood(stats: Iterable[ChangeStats], prior: RatePrior) -> float:

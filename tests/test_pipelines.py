@@ -1,0 +1,203 @@
+"""Records, hashing and change detection, driven through the spider middleware and the pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import DropItem
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from scrapy_costsched.pipelines import ChangeDetectionPipeline
+from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
+from scrapy_costsched.tracker import Tracker
+from tests.helpers import NOW
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+DAY = 86400.0
+
+
+@dataclass
+class Product:
+    sku: str
+    price: float
+    name: str = "kettle"
+    ts: str = ""
+
+
+class ShopSpider(Spider):
+    name = "shop"
+
+    def parse(self, response: Any) -> Any:
+        return []
+
+
+class Run:
+    """One crawl's tracker, spider middleware and pipeline, without a reactor."""
+
+    def __init__(self, state: Path, settings: dict[str, Any]) -> None:
+        self.crawler = get_crawler(ShopSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                                **settings})
+        self.crawler.spider = self.crawler._create_spider()
+        self.tracker = Tracker.of(self.crawler)
+        self.tracker.open()
+        self.middleware = CostSchedSpiderMiddleware.from_crawler(self.crawler)
+        self.pipeline = ChangeDetectionPipeline.from_crawler(self.crawler)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.crawler.stats.get_stats()  # type: ignore[union-attr]
+
+    def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None) -> list[Any]:
+        """Fetch *url* once: its callback yields *outputs*; returns the items the pipeline let through."""
+        request = Request(url, callback=self.crawler.spider.parse, meta=dict(meta or {}))
+        key = self.tracker.fingerprint(request)
+        self.tracker.sighting(request, key)
+        request.meta["costsched_page"] = key
+        response = HtmlResponse(url, body=b"<html></html>", request=request)
+        self.middleware.process_spider_input(response)
+        kept = []
+        for output in self.middleware.process_spider_output(response, outputs):
+            if isinstance(output, Request):
+                continue
+            try:
+                self.pipeline.process_item(output)
+            except DropItem as exc:
+                self.crawler.signals.send_catch_log(signals.item_dropped, item=output, response=response,
+                                                    exception=exc, spider=self.crawler.spider)
+            else:
+                kept.append(output)
+                self.crawler.signals.send_catch_log(signals.item_scraped, item=output, response=response,
+                                                    spider=self.crawler.spider)
+        return kept
+
+    def page(self, url: str) -> Any:
+        return self.tracker.page(self.tracker.fingerprint(Request(url)))
+
+    def close(self) -> None:
+        self.crawler.signals.send_catch_log(signals.spider_closed, spider=self.crawler.spider, reason="finished")
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Iterator[Any]:
+    opened: list[Run] = []
+
+    def make(**settings: Any) -> Run:
+        if opened:
+            opened[-1].close()
+        NOW[0] += DAY
+        opened.append(Run(tmp_path / "state.sqlite", settings))
+        return opened[-1]
+
+    yield make
+    opened[-1].close()
+
+
+URL = "http://shop.example/p/1"
+
+
+def test_one_observation_per_visit_baseline_unchanged_changed(runs: Any) -> None:
+    runs().visit(URL, [Product("a", 1.0), Product("b", 2.0)])
+    second = runs()
+    second.visit(URL, [Product("b", 2.0), Product("a", 1.0)])  # order does not matter
+    assert second.stats["costsched/unchanged"] == 1
+    third = runs()
+    third.visit(URL, [Product("a", 1.5), Product("b", 2.0)])
+    assert third.stats["costsched/changed"] == 1
+    page = third.page(URL)
+    assert (page.visits, page.changes) == (3, 1)
+    assert page.stats.visits == pytest.approx(2.0, rel=0.05)  # two intervals observed, slightly decayed
+    assert page.estimate is not None
+
+
+def test_ignored_fields_do_not_make_a_change(runs: Any) -> None:
+    runs(COSTSCHED_IGNORE_FIELDS={"Product": ["ts"]}).visit(URL, [Product("a", 1.0, ts="08:00")])
+    run = runs(COSTSCHED_IGNORE_FIELDS={"Product": ["ts"]})
+    run.visit(URL, [Product("a", 1.0, ts="09:00")])
+    assert run.stats["costsched/unchanged"] == 1
+
+
+def test_volatile_fields_are_changes_unless_ignored(runs: Any) -> None:
+    runs().visit(URL, [Product("a", 1.0, ts="08:00")])
+    run = runs()
+    run.visit(URL, [Product("a", 1.0, ts="09:00")])
+    assert run.stats["costsched/changed"] == 1
+
+
+def test_hash_fields_keep_only_what_matters(runs: Any) -> None:
+    runs(COSTSCHED_HASH_FIELDS=["price"]).visit(URL, [Product("a", 1.0, name="old")])
+    run = runs(COSTSCHED_HASH_FIELDS=["price"])
+    run.visit(URL, [Product("a", 1.0, name="new")])
+    assert run.stats["costsched/unchanged"] == 1
+
+
+def test_changed_hash_configuration_rebaselines_instead_of_counting_changes(runs: Any) -> None:
+    runs().visit(URL, [Product("a", 1.0, ts="08:00")])
+    run = runs(COSTSCHED_IGNORE_FIELDS=["ts"])
+    run.visit(URL, [Product("a", 1.0, ts="09:00")])
+    assert run.stats["costsched/rebaseline"] == 1
+    assert "costsched/changed" not in run.stats
+    assert run.page(URL).changes == 0
+
+
+def test_drop_unchanged_passes_only_changed_items(runs: Any) -> None:
+    runs(COSTSCHED_DROP_UNCHANGED=True).visit(URL, [Product("a", 1.0), Product("b", 2.0)])
+    run = runs(COSTSCHED_DROP_UNCHANGED=True)
+    kept = run.visit(URL, [Product("a", 1.0), Product("b", 2.5)])
+    assert kept == [Product("b", 2.5)]
+    assert run.stats["costsched/changed"] == 1  # the record still holds both items
+
+
+def test_item_key_compares_items_one_by_one(runs: Any) -> None:
+    settings = {"COSTSCHED_DROP_UNCHANGED": True, "COSTSCHED_ITEM_KEY": "sku"}
+    runs(**settings).visit(URL, [Product("a", 1.0), Product("b", 2.0)])
+    run = runs(**settings)
+    # "a" now has b's old price: as a multiset member it looks seen, by key it changed.
+    kept = run.visit(URL, [Product("a", 2.0, name="kettle"), Product("b", 2.0)])
+    assert [item.sku for item in kept] == ["a"]
+    assert run.stats["costsched/items/changed"] == 1
+    assert run.stats["costsched/items/unchanged"] == 1
+
+
+def test_pages_without_items_are_recorded_by_their_outlinks(runs: Any) -> None:
+    hub = "http://shop.example/category/1"
+    runs().visit(hub, [Request("http://shop.example/p/1"), Request("http://shop.example/p/2")])
+    run = runs()
+    run.visit(hub, [Request("http://shop.example/p/2"), Request("http://shop.example/p/1")])
+    assert run.stats["costsched/unchanged"] == 1
+    run = runs()
+    run.visit(hub, [Request("http://shop.example/p/2"), Request("http://shop.example/p/3")])
+    assert run.stats["costsched/changed"] == 1
+    assert run.page(hub).record_kind == "links"
+
+
+def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any) -> None:
+    runs().visit(URL, [Product("a", 1.0)])
+    run = runs()
+    run.visit(URL, [])
+    assert run.stats["costsched/extraction_empty"] == 1
+    assert "costsched/changed" not in run.stats
+    assert run.page(URL).record_kind == "items"
+
+
+def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
+    run = runs()
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "high"})
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "low"})
+    assert run.page(URL).value == "high"
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "gold"})
+    assert run.stats["costsched/invalid/costsched_value"] == 1
+    assert run.page(URL).value == "high"
+
+
+def test_spider_hook_sets_value_from_items(runs: Any) -> None:
+    run = runs()
+    run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None  # type: ignore[attr-defined]
+    run.visit(URL, [Product("a", 1.0)])
+    assert run.page(URL).value == 9.0
