@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING
 
 from scrapy.settings import SETTINGS_PRIORITIES
 
+from scrapy_costsched.pipelines import ChangeDetectionPipeline
+from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 SCHEDULER = "scrapy_costsched.CostAwareScheduler"
-SPIDER_MIDDLEWARE = "scrapy_costsched.CostSchedSpiderMiddleware"
-PIPELINE = "scrapy_costsched.ChangeDetectionPipeline"
 _ADDON_PRIORITY = SETTINGS_PRIORITIES["addon"]
 
 
@@ -36,5 +37,5 @@ class Addon:
             # Wrap the user's scheduler even when their project set it.
             settings.set("SCHEDULER", SCHEDULER, max(settings.getpriority("SCHEDULER") or 0, _ADDON_PRIORITY))
         settings.set("SCHEDULER_PRIORITY_QUEUE", "scrapy.pqueues.DownloaderAwarePriorityQueue", "addon")
-        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARE, 45)
-        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", PIPELINE, 100)
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", CostSchedSpiderMiddleware, 45)
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ChangeDetectionPipeline, 100)

@@ -504,7 +504,7 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
         if done:
             break
     _, slope = _score(items, unchanged, math.exp(mode))
-    first_step = 0.5 / math.sqrt(1.0 / var - slope)
+    first_step = 1.0 / (3.0 * math.sqrt(1.0 / var - slope))
     top = log_post(mode)
     sides = []
     for direction in (-1.0, 1.0):
@@ -517,9 +517,11 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
                 u = limit
             value = log_post(u)
             side.append((u, value))
-            if value < top - 30.0:
+            if value < top - 25.0:
                 break
-            if previous - value < 0.25:
+            # Past 1.5 sd a Gaussian drops by more than 1/4 per step; a smaller
+            # drop means a heavy tail, which a doubled step still resolves.
+            if len(side) > 4 and previous - value < 0.25:
                 step *= 2.0
             previous = value
         sides.append(side)
