@@ -1,6 +1,6 @@
 """Run the scrapy-costsched demo: several simulated days, three strategies, exact true freshness.
 
-    python example_project/run_demo.py --days 10 [--products 300] [--budget-fraction 0.45]
+    python example_project/run_demo.py --days 10 [--products 300] [--budget-fraction 0.5]
                                        [--json FILE] [--workdir demo-output] [--check]
 
 It starts the demo shop (``python -m demo_site``) on loopback, then for each simulated day *d* sets
@@ -381,7 +381,7 @@ def summarize(days: list[dict[str, Any]], strategies: Sequence[str]) -> dict[str
 def _print_summary(s: dict[str, Any]) -> None:
     print()
     if not s["evaluated"]:
-        print(f"claims not evaluated: need costsched and --days > {s['from_day']}")
+        print(f"claims not evaluated: need costsched and --days >= {s['from_day'] + 1}")
         return
     print(f"summary, days {s['from_day']}..{s['from_day'] + s['days_evaluated'] - 1}:")
     means = ", ".join(f"{k} {v:.3f}" for k, v in s["mean_freshness"].items())
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", type=int, default=10, help="category listings (default 10)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
-        "--budget-fraction", type=float, default=0.45,
+        "--budget-fraction", type=float, default=0.5,
         help="costsched budget as a share of the day-0 full crawl (default 0.45)",
     )  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write every per-day number as one JSON object")
@@ -462,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         report["error"] = "interrupted"
         return 130
+    except SystemExit as exc:  # SIGTERM, via _sigterm
+        print("terminated", file=sys.stderr)
+        report["error"] = "terminated"
+        return int(exc.code or 1)
     finally:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
