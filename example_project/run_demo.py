@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--budget-fraction", type=float, default=0.5,
-        help="costsched budget as a share of the day-0 full crawl (default 0.45)",
+        help="costsched budget as a share of the day-0 full crawl (default 0.5)",
     )  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write every per-day number as one JSON object")
     p.add_argument("--workdir", default="demo-output", help="scratch dir, wiped at start")

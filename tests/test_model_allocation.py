@@ -14,7 +14,6 @@ from scrapy_costsched.model import (
     proportional_rates,
     solve_allocation,
     uniform_rates,
-    utility_fraction,
     visit_index,
 )
 

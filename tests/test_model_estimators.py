@@ -49,10 +49,12 @@ def test_naive_and_improved_regular_intervals() -> None:
 def test_improved_rate_is_nearly_unbiased(visits: int, rate: float) -> None:
     # Exact expectation over the binomial number of detected changes (interval 1).
     p = -math.expm1(-rate)
+
     def expect(estimator):
         return math.fsum(
             math.comb(visits, x) * p**x * (1.0 - p) ** (visits - x) * estimator(x) for x in range(visits + 1)
         )
+
     assert expect(lambda x: improved_rate(x, visits, 1.0)) / rate == pytest.approx(1.0, abs=0.04)
     # The naive estimate converges to (1 - exp(-rate)) / rate of the truth.
     assert expect(lambda x: naive_rate(x, float(visits))) == pytest.approx(p, rel=1e-12)
@@ -268,6 +270,54 @@ def test_estimate_approaches_mle_with_much_data() -> None:
     assert est.rate == pytest.approx(stats.mle(), rel=0.02)
     assert est.low < 0.7 < est.high
     assert est.high / est.low < 1.3
+
+
+def brute_force_posterior(stats: ChangeStats, prior: RatePrior, n: int = 8001) -> tuple[float, float, float]:
+    """Geometric mean and 5%/95% quantiles by brute-force quadrature in log(rate)."""
+    lo, hi = math.log(1e-5), math.log(1e3)
+    step = (hi - lo) / (n - 1)
+    us = [lo + k * step for k in range(n)]
+    log_post = [stats.log_likelihood(math.exp(u)) - 0.5 * ((u - prior.mean_log) / prior.sd_log) ** 2 for u in us]
+    top = max(log_post)
+    weights = [math.exp(v - top) for v in log_post]
+    total = math.fsum(weights)
+    mean = math.fsum(w * u for w, u in zip(weights, us, strict=True)) / total
+    quantiles = []
+    for q in (0.05, 0.95):
+        acc = 0.0
+        for w, u in zip(weights, us, strict=True):
+            acc += w
+            if acc >= q * total:
+                quantiles.append(u - step * (acc - q * total) / w)
+                break
+    return math.exp(mean), math.exp(quantiles[0]), math.exp(quantiles[1])
+
+
+@pytest.mark.parametrize(
+    ("visits", "rate", "interval"),
+    [
+        (0, 0.3, 1.0),
+        (3, 0.3, 1.0),
+        (30, 0.3, 1.0),
+        (300, 0.3, 1.0),
+        (3000, 2.0, 0.5),
+        (100, 30.0, 1.0),
+        (200, 0.001, 1.0),
+    ],
+)
+def test_estimate_matches_brute_force_quadrature(visits: int, rate: float, interval: float) -> None:
+    rng = random.Random(visits)
+    stats = ChangeStats()
+    for _ in range(visits):
+        t = interval * rng.uniform(0.8, 1.2)
+        stats.add(t, rng.random() < -math.expm1(-rate * t))
+    prior = RatePrior(math.log(0.2), 1.5)
+    est = estimate_rate(stats, prior)
+    mean, low, high = brute_force_posterior(stats, prior)
+    width = math.log(high) - math.log(low)
+    assert math.log(est.rate) == pytest.approx(math.log(mean), abs=0.002 * width)
+    assert math.log(est.low) == pytest.approx(math.log(low), abs=0.02 * width)
+    assert math.log(est.high) == pytest.approx(math.log(high), abs=0.02 * width)
 
 
 def test_estimate_without_data_is_the_prior() -> None:

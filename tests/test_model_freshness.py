@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -174,7 +175,7 @@ def test_utility_fraction_series_matches_closed_form_at_switch() -> None:
 def test_utility_fraction_is_increasing() -> None:
     xs = [k / 100.0 for k in range(1, 2000)]
     values = [utility_fraction(x) for x in xs]
-    assert all(a < b for a, b in zip(values, values[1:]))
+    assert all(a < b for a, b in pairwise(values))
 
 
 def test_utility_closed_form_and_integral() -> None:

@@ -37,7 +37,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from operator import mul
 from typing import TYPE_CHECKING
 
@@ -449,11 +449,11 @@ def _log_sum_exp(values: Iterable[float]) -> float:
 def _summarise(points: Sequence[float], log_post: Sequence[float], edges: Sequence[float]) -> RateEstimate:
     # Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate).
     top = max(log_post)
-    widths = [b - a for a, b in zip(edges, edges[1:])]
+    widths = [b - a for a, b in pairwise(edges)]
     masses = [math.exp(v - top) * w for v, w in zip(log_post, widths, strict=True)]
     cumulative = list(accumulate(masses))
     total = cumulative[-1]
-    centres = [0.5 * (a + b) for a, b in zip(edges, edges[1:])]
+    centres = [0.5 * (a + b) for a, b in pairwise(edges)]
     mean_log = math.fsum(map(mul, masses, centres)) / total
 
     def quantile(q: float) -> float:
@@ -471,9 +471,9 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
 
     The log-posterior is concave in u = log(rate), so Newton's method from the
     best grid point finds the mode.  From there the grid steps outwards, at
-    first by half the standard deviation of the Laplace approximation,
-    doubling the step wherever the density is flat, until the density has
-    dropped by e**-30 or the fixed grid's range ends.
+    first by a third of the standard deviation of the Laplace approximation,
+    doubling the step in flat tails, until the density has dropped by e**-25
+    or the fixed grid's range ends.
     """
     items = list(stats.changed.items())
     unchanged = stats.unchanged_time
@@ -527,7 +527,7 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
         sides.append(side)
     nodes = [*reversed(sides[0]), (mode, top), *sides[1]]
     points = [u for u, _ in nodes]
-    edges = [points[0], *(0.5 * (x + y) for x, y in zip(points, points[1:])), points[-1]]
+    edges = [points[0], *(0.5 * (x + y) for x, y in pairwise(points)), points[-1]]
     return _summarise(points, [v for _, v in nodes], edges)
 
 

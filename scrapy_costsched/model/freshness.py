@@ -15,7 +15,8 @@ Function                    Meaning
 :func:`mean_age`            time-averaged age under evenly spaced visits
 :func:`utility_fraction`    g(x) = 1 - (1 + x) exp(-x)
 :func:`utility`             Olston & Pandey's utility of visiting now
-:func:`visit_index`         value * utility / cost, the scheduler's ranking key
+:func:`cycle_utility`       the same for a planner that acts once per cycle
+:func:`visit_index`         value * utility / marginal cost, the ranking key
 ==========================  ===================================================
 
 References:
@@ -38,6 +39,7 @@ __all__ = [
     "mean_freshness",
     "p_changed",
     "seed_priority",
+    "cycle_utility",
     "utility",
     "utility_fraction",
     "visit_index",
@@ -251,19 +253,95 @@ def utility(rate: float, elapsed: float) -> float:
     return utility_fraction(rate * elapsed) / rate
 
 
-def visit_index(value: float, rate: float, elapsed: float, cost: float) -> float:
-    """Scheduler ranking key: *value* * :func:`utility` / *cost*.
+def _excess(a: float) -> float:
+    # h(a) = a - (1 - exp(-a)) = sum_{k>=2} (-1)**k a**k / k!, >= 0 and without cancellation.
+    if a >= _SERIES_BELOW:
+        return a + math.expm1(-a)
+    total = 0.0
+    term = a * a / 2.0
+    k = 2
+    while True:
+        total += term
+        if abs(term) <= 1e-17 * total:
+            return total
+        k += 1
+        term *= -a / k
+
+
+def cycle_utility(rate: float, elapsed: float, cycle: float) -> float:
+    """Utility of visiting now rather than one *cycle* later, for a planner that acts once per cycle.
+
+    Olston & Pandey's U(t) = G(t) - t·G'(t), with G(t) = (1 - exp(-rate·t)) / rate
+    the expected fresh time after a visit, is the marginal freshness of a shorter
+    revisit period when visits can happen at any time.  A planner that decides
+    once per *cycle* only chooses between "now" and "a cycle later", so the
+    derivative becomes the forward difference (the chord of Cho & Garcia-Molina's
+    freshness curve between the periods t and t + cycle):
+
+        U_c(t) = G(t) - t·(G(t + c) - G(t)) / c
+               = [g(rate·t) + (t / c)·h(rate·c)·exp(-rate·t)] / rate,
+
+    with g(x) = 1 - (1 + x)·exp(-x) and h(a) = a - (1 - exp(-a)), both summed
+    without cancellation.  Ranking by it on a grid of cycles reproduces the
+    Lagrangian optimum restricted to that grid; ``cycle = 0`` gives
+    :func:`utility`.  It lies between U(t) and U(t + cycle).
+
+    >>> round(cycle_utility(1.0, 1.0, 1.0), 6)  # (1 - 1/e)**2, the seed's one-visit-a-day gain
+    0.399576
+    >>> cycle_utility(2.0, math.inf, 1.0), cycle_utility(2.0, 3.0, 0.0) == utility(2.0, 3.0)
+    (0.5, True)
+
+    A negative rate, elapsed time or cycle raises ValueError.
+    """
+    _check_rate(rate)
+    _check_duration(elapsed, "elapsed")
+    _check_duration(cycle, "cycle")
+    if cycle == 0.0:
+        return utility(rate, elapsed)
+    if rate == 0.0 or elapsed == 0.0:
+        return 0.0
+    if elapsed == math.inf:
+        return 1.0 / rate
+    x = rate * elapsed
+    return (utility_fraction(x) + elapsed / cycle * _excess(rate * cycle) * math.exp(-x)) / rate
+
+
+def visit_index(
+    value: float,
+    rate: float,
+    elapsed: float,
+    cost: float,
+    *,
+    cycle: float = 0.0,
+    revalidation_cost: float | None = None,
+) -> float:
+    """Scheduler ranking key: *value* * utility / marginal expected cost.
 
     Olston & Pandey's threshold rule visits a page when value * U(t) / cost
     reaches the budget's multiplier T; ranking by this index spends a budget
-    where it buys the most freshness per unit of cost.
+    where it buys the most freshness per unit of cost.  With *cycle* > 0 the
+    utility is :func:`cycle_utility` (the planner acts once per cycle).
+
+    When an unchanged page costs only *revalidation_cost* (a 304 answer to a
+    conditional request) and a changed one *cost*, the spend of visiting every
+    t is (c304 + (cost - c304)·(1 - exp(-rate·t))) / t, whose marginal per extra
+    visit is c304 + (cost - c304)·rate·U(t): that is the divisor (research.md
+    section 1; it reproduces the KKT condition g(x) = mu·c304 / (w/rate - mu·dc)).
 
     >>> visit_index(3.0, 2.0, math.inf, 0.5)
     3.0
     >>> visit_index(1.0, 0.0, 10.0, 1.0)
     0.0
+    >>> round(visit_index(1.0, 1.0, 1.0, 1.0, revalidation_cost=0.05), 6)  # U / (0.05 + 0.95·U)
+    0.877793
 
-    A negative value or a cost <= 0 raises ValueError.
+    A negative value, a cost <= 0 or a revalidation cost outside (0, cost]
+    raises ValueError.
     """
     _check_value_cost(value, cost)
-    return value * utility(rate, elapsed) / cost
+    u = cycle_utility(rate, elapsed, cycle) if cycle else utility(rate, elapsed)
+    if revalidation_cost is None:
+        return value * u / cost
+    if not 0.0 < revalidation_cost <= cost:
+        raise ValueError("revalidation_cost must be positive and at most cost")
+    return value * u / (revalidation_cost + (cost - revalidation_cost) * rate * u)
