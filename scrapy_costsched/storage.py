@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import sqlite3
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -21,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from sqlitedict import SqliteDict
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Iterator
 
 #: Bumped when stored data changes shape; a newer file is refused, never rewritten.

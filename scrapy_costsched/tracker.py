@@ -21,7 +21,7 @@ from scrapy.utils.project import data_path
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.model import RatePrior, estimate_rate, fit_prior
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.pages import PageState, group_of, make_template, request_from_template
+from scrapy_costsched.pages import PageState, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, item_type_name, record_hash
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
@@ -64,7 +64,7 @@ class Tracker:
     def __init__(self, crawler: Crawler, config: Config) -> None:
         self.crawler = crawler
         self.config = config
-        self.stats: StatsCollector = crawler.stats  # type: ignore[assignment]
+        self.stats: StatsCollector = crawler.stats
         self.hasher = RecordHasher(config.hash_fields, config.ignore_fields, config.item_key)
         billing_path = BILLING_MODELS.get(config.billing, config.billing)
         self.billing: BillingModel = build_from_crawler(load_object(billing_path), crawler)
@@ -189,7 +189,7 @@ class Tracker:
     # -- pages -----------------------------------------------------------
 
     def fingerprint(self, request: Request) -> str:
-        return self.crawler.request_fingerprinter.fingerprint(request).hex()  # type: ignore[union-attr]
+        return self.crawler.request_fingerprinter.fingerprint(request).hex()
 
     def page(self, key: str) -> PageState | None:
         page = self.pages.get(key)
@@ -284,7 +284,7 @@ class Tracker:
         """Every known, live page that can be re-issued, as planning sees it."""
         assert self.store is not None
         result = []
-        for key, (last_visit, rate, raw_value, gone, has_template, group) in self.store.iter_summaries():
+        for key, (last_visit, rate, raw_value, gone, _, group) in self.store.iter_summaries():
             if gone:
                 continue
             value = resolve_value(raw_value, self.config.value_tiers)

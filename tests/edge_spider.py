@@ -12,7 +12,7 @@ from scrapy import signals
 
 class EdgeSpider(scrapy.Spider):
     name = "edge"
-    custom_settings = {  # noqa: RUF012
+    custom_settings = {
         "ADDONS": {"scrapy_costsched.Addon": 0},
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
 sys.path.insert(0, str(PROJECT))
 
-from demo_site.catalog import DAY, EPOCH0, Catalog  # noqa: E402
-from demo_site.clock import set_clock  # noqa: E402
-from demo_site.server import serve_in_thread  # noqa: E402
+from demo_site.catalog import DAY, EPOCH0, Catalog
+from demo_site.clock import set_clock
+from demo_site.server import serve_in_thread
 
 TIERS = {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0}
 

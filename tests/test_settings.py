@@ -39,7 +39,7 @@ def test_bad_budget_is_one_clear_line(value: object) -> None:
 
 
 def test_bytes_budget_with_request_billing_names_both_settings() -> None:
-    with pytest.raises(SettingError, match="COSTSCHED_BUDGET .* COSTSCHED_BILLING is 'requests'"):
+    with pytest.raises(SettingError, match=r"COSTSCHED_BUDGET .* COSTSCHED_BILLING is 'requests'"):
         config(COSTSCHED_BUDGET="2GB")
 
 
