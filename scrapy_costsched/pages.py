@@ -54,9 +54,13 @@ class PageState:
         return group_of(self.host, self.page_type)
 
     def summary(self) -> list[Any]:
-        """The compact row planning reads: ``[last_visit, rate, value, gone, has_template, group]``."""
+        """The compact row planning reads: ``[last_visit, rate, value, gone, has_template, group, cost]``.
+
+        *cost* is the planned-cost override of the page's ``costsched_cost`` meta, if any.
+        """
         rate = self.estimate.rate if self.estimate else None
-        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group]
+        cost = self.template["meta"].get("costsched_cost") if self.template else None
+        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost]
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 from typing import TYPE_CHECKING
@@ -11,7 +13,7 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank
+from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank, score
 from scrapy_costsched.tracker import Tracker
 
 if TYPE_CHECKING:
@@ -91,7 +93,10 @@ class CostAwareScheduler(BaseScheduler):
         self._plan_end = 0
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
-        self._deferred: list[Candidate] = []
+        # New URLs wait here, best index first, until the wrapped scheduler runs dry.
+        self._discovery: list[tuple[float, int, str, Request]] = []
+        self._arrivals = itertools.count()
+        self._deferred: list[str] = []
         crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
 
     @classmethod
@@ -139,7 +144,15 @@ class CostAwareScheduler(BaseScheduler):
         return len(self.fallback)  # type: ignore[arg-type]
 
     def has_pending_requests(self) -> bool:
-        return self.fallback.has_pending_requests() or (self.budgeted and self._next_planned_fits())
+        return self.fallback.has_pending_requests() or (
+            self.budgeted and (self._next_discovery_fits() or self._next_planned_fits()))
+
+    def _next_discovery_fits(self) -> bool:
+        if not self._discovery:
+            return False
+        cost = self.tracker.planned_cost(self._discovery[0][3].meta)
+        return (self._discovery_spent + cost <= self._discovery_allowance
+                and cost <= self.tracker.remaining_budget())
 
     def _next_planned_fits(self) -> bool:
         self._skip_dispatched()
@@ -164,18 +177,23 @@ class CostAwareScheduler(BaseScheduler):
             request.meta["costsched_page"] = key
             self._count_visit(reason)
             return self.fallback.enqueue_request(request)
-        cost = self.tracker.billing.expected_cost(None)
+        cost = self.tracker.planned_cost(request.meta)
         if not new:
             if key not in self._planned_keys():
                 self.stats.inc_value("costsched/skipped/not_planned")
                 return False
             return self._admit(request, key, cost, reason)
-        if self._discovery_spent + cost > self._discovery_allowance or cost > self.tracker.remaining_budget():
-            self._deferred.append(Candidate(key, 0.0, 0.0, 0.0, cost))
-            self.stats.inc_value("costsched/skipped/discovery_deferred")
+        if self._discovery_spent + cost > self._discovery_allowance:
+            self._defer(key)
             return False
-        self._discovery_spent += cost
-        return self._admit(request, key, cost, "discovery")
+        candidate = Candidate(key, self.tracker.value_of(page), self.tracker.prior_rate(page.group), math.inf, cost)
+        heapq.heappush(self._discovery, (-score(candidate, self.config.objective), next(self._arrivals), key, request))
+        return True
+
+    def _defer(self, key: str) -> None:
+        """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""
+        self._deferred.append(key)
+        self.stats.inc_value("costsched/skipped/discovery_deferred")
 
     def _planned_keys(self) -> set[str]:
         planned = getattr(self, "_planned_cache", None)
@@ -187,7 +205,7 @@ class CostAwareScheduler(BaseScheduler):
     def _enqueue_attempt(self, request: Request) -> bool:
         """Retries, redirects and chained sub-requests of a visit already under way."""
         if self.budgeted:
-            cost = self.tracker.billing.expected_cost(None)
+            cost = self.tracker.planned_cost(request.meta)
             if cost > self.tracker.remaining_budget():
                 self.stats.inc_value("costsched/skipped/budget")
                 return False
@@ -217,8 +235,15 @@ class CostAwareScheduler(BaseScheduler):
         return request
 
     def _top_up(self) -> bool:
-        """Move the next planned pages from the ranking into the wrapped scheduler."""
+        """Move the best new URLs, then the next planned pages, into the wrapped scheduler."""
         moved = 0
+        while moved < TOP_UP and self._next_discovery_fits():
+            _, _, key, request = heapq.heappop(self._discovery)
+            if key in self._dispatched:
+                continue
+            cost = self.tracker.planned_cost(request.meta)
+            self._discovery_spent += cost
+            moved += self._admit(request, key, cost, "discovery")
         while moved < TOP_UP and self._next_planned_fits():
             candidate = self._ranking[self._cursor]
             self._cursor += 1
@@ -235,10 +260,11 @@ class CostAwareScheduler(BaseScheduler):
         """Leftovers: nothing else will come, so extend the plan over the ranking with what is left."""
         if not self.budgeted:
             return
+        while self._discovery:
+            self._defer(heapq.heappop(self._discovery)[2])
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
-            deferred = {c.key for c in self._deferred}
-            known = {c.key for c in self._ranking}
-            extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred - known]
+            deferred = set(self._deferred) - {c.key for c in self._ranking} - self._dispatched
+            extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred]
             self._ranking.extend(c for _, c in rank(extra, self.config.objective))
             self._deferred = []
         self._extend_plan()

@@ -248,6 +248,8 @@ class Tracker:
         template = make_template(request, self.spider)
         if template is None:
             self.stats.inc_value("costsched/template/unstorable")
+        elif self._cost_override(template["meta"]) is None:
+            template["meta"].pop("costsched_cost", None)  # an invalid override is warned about, never stored
         if page is None:
             host = urlparse(request.url).hostname or ""
             page = PageState(url=request.url, host=host, page_type=meta_type or "default",
@@ -277,23 +279,43 @@ class Tracker:
         self._raise_value(page, self._value_from(request, request.meta.get("costsched_value")))
         return request
 
+    def _cost_override(self, meta: dict[str, Any]) -> float | None:
+        override = meta.get("costsched_cost")
+        if override is None:
+            return None
+        if not isinstance(override, bool) and isinstance(override, (int, float)) and 0 < override < math.inf:
+            return float(override)
+        logger.warning("costsched: ignoring invalid costsched_cost %r (use a positive number)", override)
+        self.stats.inc_value("costsched/invalid/costsched_cost")
+        return None
+
+    def planned_cost(self, meta: dict[str, Any]) -> float:
+        """What a visit is expected to cost: the ``costsched_cost`` override, else the billing model's."""
+        override = self._cost_override(meta)
+        return override if override is not None else self.billing.expected_cost(None)
+
     def prior_of(self, group: str) -> RatePrior:
         return self.priors.get(group) or RatePrior()
+
+    def prior_rate(self, group: str) -> float:
+        """The rate planning assumes for a page with no estimate yet: its group prior's median."""
+        return math.exp(self.prior_of(group).mean_log)
 
     def candidates(self, now: float) -> list[Candidate]:
         """Every known, live page that can be re-issued, as planning sees it."""
         assert self.store is not None
         result = []
-        for key, (last_visit, rate, raw_value, gone, _, group) in self.store.iter_summaries():
+        for key, (last_visit, rate, raw_value, gone, _, group, cost) in self.store.iter_summaries():
             if gone:
                 continue
             value = resolve_value(raw_value, self.config.value_tiers)
             if value is None:
                 value = resolve_value(self.config.default_value, self.config.value_tiers)
             if rate is None:
-                rate = math.exp(self.prior_of(group).mean_log)
+                rate = self.prior_rate(group)
             elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
-            result.append(Candidate(key, value, rate, elapsed, self.billing.expected_cost(None)))  # type: ignore[arg-type]
+            cost = cost if cost is not None else self.billing.expected_cost(None)
+            result.append(Candidate(key, value, rate, elapsed, cost))  # type: ignore[arg-type]
         return result
 
     # -- ledger ----------------------------------------------------------

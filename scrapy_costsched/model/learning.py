@@ -1,0 +1,59 @@
+"""The learning loop shared by the Scrapy tracker and the simulator.
+
+After every visit but the first, the page's history gets the interval and
+whether the page changed, with older history faded by half every *half_life*;
+its rate is then the posterior under its group's prior
+(:func:`~.estimators.estimate_rate`).  At the end of a run each group's prior is
+refitted by marginal likelihood (:func:`~.estimators.fit_prior`) on a sample of
+at most :data:`PRIOR_SAMPLE` pages with history, when there are at least
+:data:`PRIOR_MIN_PAGES` of them, and the sampled pages are re-estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .estimators import fit_prior
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .estimators import ChangeStats, RatePrior
+
+__all__ = ["PRIOR_MIN_PAGES", "PRIOR_SAMPLE", "observe", "refit_prior"]
+
+#: Pages per group read at the end of a run to refit the group's prior.
+PRIOR_SAMPLE = 500
+#: A group's prior is only refitted from this many pages with history; fewer keep the previous one.
+PRIOR_MIN_PAGES = 20
+
+
+def observe(stats: ChangeStats, interval: float, changed: bool, half_life: float) -> None:
+    """Add one visit to *stats*, fading older history by 0.5 ** (interval / half_life).
+
+    *interval* (time since the previous visit) and *half_life* share a unit;
+    ``half_life = math.inf`` keeps all history at full weight.
+
+    >>> from scrapy_costsched.model import ChangeStats
+    >>> s = ChangeStats()
+    >>> observe(s, 1.0, True, 1.0); observe(s, 1.0, False, 1.0)
+    >>> s.changed, s.unchanged_time, s.visits
+    ({1.0: 0.5}, 1.0, 1.5)
+    """
+    if not half_life > 0.0:
+        raise ValueError("half_life must be positive")
+    decay = 1.0 if half_life == math.inf else 0.5 ** (max(interval, 0.0) / half_life)
+    stats.add(interval, changed, decay=decay)
+
+
+def refit_prior(stats: Sequence[ChangeStats], start: RatePrior) -> RatePrior | None:
+    """The group prior refitted on *stats* (pages with history), or None with fewer than PRIOR_MIN_PAGES.
+
+    >>> from scrapy_costsched.model import RatePrior
+    >>> refit_prior([], RatePrior()) is None
+    True
+    """
+    if len(stats) < PRIOR_MIN_PAGES:
+        return None
+    return fit_prior(stats, start=start)
