@@ -238,12 +238,12 @@ class CostAwareScheduler(BaseScheduler):
         """Move the best new URLs, then the next planned pages, into the wrapped scheduler."""
         moved = 0
         while moved < TOP_UP and self._next_discovery_fits():
-            _, _, key, request = heapq.heappop(self._discovery)
+            _, _, key, new_request = heapq.heappop(self._discovery)
             if key in self._dispatched:
                 continue
-            cost = self.tracker.planned_cost(request.meta)
+            cost = self.tracker.planned_cost(new_request.meta)
             self._discovery_spent += cost
-            moved += self._admit(request, key, cost, "discovery")
+            moved += self._admit(new_request, key, cost, "discovery")
         while moved < TOP_UP and self._next_planned_fits():
             candidate = self._ranking[self._cursor]
             self._cursor += 1
