@@ -4,10 +4,10 @@
                                        [--json FILE] [--workdir demo-output] [--check]
 
 It starts the demo shop (``python -m demo_site``) on loopback, then for each simulated day *d* sets
-the shared clock to ``T_d = EPOCH0 + d days + 3 h`` and runs real ``scrapy crawl shop`` processes:
+the shared clock to ``T_d = EPOCH0 + (d - 1) days + 3 h`` and runs real ``scrapy crawl shop`` processes:
 
 * **costsched**: the add-on with a fixed per-day budget of ``ceil(fraction x full-crawl pages)``
-  requests (the full crawl's page count as known at day 0);
+  requests (the full crawl's page count on day 1);
 * **full**: plain Scrapy (``COSTSCHED_ENABLED=False``) re-crawling every listing and product;
 * **random**: plain Scrapy on a random sample (seeded per day) of the existing products, as many
   as costsched sent requests that day.
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 STRATEGIES = ("costsched", "full", "random")
 CRAWL_HOUR = 3 * 3600.0  # crawl a few hours into each simulated day, clear of period boundaries
-CLAIMS_FROM_DAY = 4  # days 0-3 are the learning phase
+CLAIMS_FROM_DAY = 4  # days 1-3 are the learning phase
 VISITS_DEFINITION = (
     "visits = stats downloader/request_count - robotstxt/request_count "
     "(every HTTP request sent, retries and redirects included, except robots.txt)"
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
     print(f"scrapy-costsched demo: {args.days} days, {args.products} products, "
           f"{args.categories} categories, seed {args.seed}")  # fmt: skip
-    print(f"full crawl at day 0 = {full_pages} pages ({args.categories} listings + "
+    print(f"full crawl on day 1 = {full_pages} pages ({args.categories} listings + "
           f"{full_pages - args.categories} products); costsched budget = ceil({args.budget_fraction}"
           f" x {full_pages}) = {budget} requests/day")  # fmt: skip
     print(f"value tiers: {weights}")
@@ -255,8 +255,8 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
         print(f"demo site: {server.url}\n", flush=True)
         print(_header(strategies), flush=True)
         datasets = {s: Dataset() for s in strategies}
-        for day in range(args.days):
-            t = t0 + day * DAY
+        for day in range(1, args.days + 1):
+            t = t0 + (day - 1) * DAY
             set_clock(clock_file, t)
             daydir = workdir / f"day{day:02d}"
             daydir.mkdir()
@@ -310,8 +310,6 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
         server.stop()
     report["summary"] = summarize(report["days"], strategies)
     _print_summary(report["summary"])
-    if args.report and "costsched" in strategies:
-        _costsched_report(state, env)
 
 
 def _header(strategies: Sequence[str]) -> str:
@@ -404,21 +402,13 @@ def _yes(flag: bool) -> str:
     return "YES" if flag else "NO"
 
 
-def _costsched_report(state: Path, env: dict[str, str]) -> None:
-    cmd = [sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={state}"]
-    print("\n$ scrapy costsched-report", flush=True)
-    rc = subprocess.run(cmd, cwd=HERE, env=env, check=False).returncode
-    if rc:
-        print(f"(costsched-report exited {rc})")
-
-
 # -- entry point -------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--days", type=int, default=10, help="simulated days (default 10)")
-    p.add_argument("--products", type=int, default=300, help="products at day 0 (default 300)")
+    p.add_argument("--products", type=int, default=300, help="products on day 1 (default 300)")
     p.add_argument("--categories", type=int, default=10, help="category listings (default 10)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -432,7 +422,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategies", default=",".join(STRATEGIES),
         help="comma-separated subset of costsched,full,random (random alone samples the budget)",
     )  # fmt: skip
-    p.add_argument("--report", action="store_true", help="run `scrapy costsched-report` at the end")
     return p
 
 

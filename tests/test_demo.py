@@ -1,0 +1,31 @@
+"""The demo's claims, checked on a real 10-day run of ``example_project/run_demo.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+from tests.helpers import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_demo_beats_random_and_nears_full_recrawl_at_half_the_requests(tmp_path: Path) -> None:
+    summary = tmp_path / "demo.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run_demo.py"), "--days", "10",
+                           "--workdir", str(tmp_path / "work"), "--json", str(summary)],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    days = json.loads(summary.read_text())["days"]
+    assert [day["day"] for day in days] == list(range(1, 11))
+    for day in days:
+        costsched, full, random = day["costsched"], day["full"], day["random"]
+        assert costsched["errors"] == full["errors"] == random["errors"] == 0
+        assert random["visits"] == costsched["visits"], "the random subset has the same size"
+        assert costsched["visits"] <= full["visits"] / 2
+        if day["day"] >= 4:
+            assert costsched["freshness"] > random["freshness"], day["day"]
+            assert costsched["freshness"] >= 0.9 * full["freshness"], day["day"]
