@@ -91,6 +91,7 @@ class CostAwareScheduler(BaseScheduler):
         self._ranking: list[Candidate] = []
         self._cursor = 0
         self._plan_end = 0
+        self._planned: set[str] = set()
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
         # New URLs wait here, best index first, until the wrapped scheduler runs dry.
@@ -126,7 +127,7 @@ class CostAwareScheduler(BaseScheduler):
         self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective)]
         reserve = max(remaining, 0.0) * self.config.reserve_discovery
         planned = affordable_prefix(((0.0, c) for c in self._ranking), remaining - reserve)
-        self._plan_end = len(planned)
+        self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
         # Refresh budget the plan does not use flows to discovery (all of it on a first run).
         self._discovery_allowance = max(remaining - planned_cost, 0.0)
@@ -179,7 +180,7 @@ class CostAwareScheduler(BaseScheduler):
             return self.fallback.enqueue_request(request)
         cost = self.tracker.planned_cost(request.meta)
         if not new:
-            if key not in self._planned_keys():
+            if key not in self._planned:
                 self.stats.inc_value("costsched/skipped/not_planned")
                 return False
             return self._admit(request, key, cost, reason)
@@ -195,12 +196,9 @@ class CostAwareScheduler(BaseScheduler):
         self._deferred.append(key)
         self.stats.inc_value("costsched/skipped/discovery_deferred")
 
-    def _planned_keys(self) -> set[str]:
-        planned = getattr(self, "_planned_cache", None)
-        if planned is None or len(planned) != self._plan_end:
-            planned = {c.key for c in self._ranking[: self._plan_end]}
-            self._planned_cache = planned
-        return planned
+    def _set_plan_end(self, end: int) -> None:
+        self._planned.update(c.key for c in self._ranking[self._plan_end:end])
+        self._plan_end = end
 
     def _enqueue_attempt(self, request: Request) -> bool:
         """Retries, redirects and chained sub-requests of a visit already under way."""
@@ -292,4 +290,4 @@ class CostAwareScheduler(BaseScheduler):
                     break
                 budget -= candidate.cost
             end += 1
-        self._plan_end = max(self._plan_end, end)
+        self._set_plan_end(max(self._plan_end, end))

@@ -142,24 +142,12 @@ class Tracker:
                 f"{fingerprinter_name} (REQUEST_FINGERPRINTER_CLASS); use the same fingerprinter or another "
                 "COSTSCHED_STATE."
             )
-        self.priors = {key[len("prior:"):]: RatePrior(*value) for key, value in self._meta_items("prior:")}
+        self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
         self.period = int(self.now() // self.config.budget_period)
         self.spent = float(store.get_meta(f"ledger:{self.period}") or 0.0)
         self.stats.set_value("costsched/period_spent_at_start", self.spent)
         if self.config.shadow:
             self.stats.set_value("costsched/shadow", True)
-
-    def _meta_items(self, prefix: str) -> list[tuple[str, Any]]:
-        assert self.store is not None
-        known = self.store.get_meta("keys") or []
-        return [(key, self.store.get_meta(key)) for key in known if key.startswith(prefix)]
-
-    def _set_indexed_meta(self, key: str, value: Any) -> None:
-        assert self.store is not None
-        known = self.store.get_meta("keys") or []
-        if key not in known:
-            self.store.set_meta("keys", [*known, key])
-        self.store.set_meta(key, value)
 
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
@@ -519,7 +507,7 @@ class Tracker:
                 continue
             prior = fit_prior([page.stats for _, page in pages], start=self.prior_of(group))
             self.priors[group] = prior
-            self._set_indexed_meta(f"prior:{group}", [prior.mean_log, prior.sd_log])
+            self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
             for key, page in pages:
                 page.estimate = estimate_rate(page.stats, prior)
                 self._save(key, page)

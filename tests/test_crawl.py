@@ -49,7 +49,7 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
         if page["estimate"] is not None:
             rate = page["estimate"][0]
         else:
-            prior = state["meta"].get(f"prior:{page['host']}|{page['page_type']}")
+            prior = state["meta"].get("priors", {}).get(f"{page['host']}|{page['page_type']}")
             rate = math.exp(prior[0] if prior else RatePrior().mean_log)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
         index = visit_index(value, rate, elapsed, 1.0)
