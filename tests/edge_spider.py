@@ -42,7 +42,10 @@ class EdgeSpider(scrapy.Spider):
         yield scrapy.Request(f"{base}/page/1", callback=self.parse_item, dont_filter=True)
         yield scrapy.Request(f"{base}/flaky/2", callback=self.parse_item)
         yield scrapy.Request(f"{base}/redirect/3", callback=self.parse_item)
-        yield scrapy.Request(f"{base}/page/4", callback=lambda response: self.parse_item(response))
+        def not_a_spider_method(response: Any) -> Any:
+            return self.parse_item(response)
+
+        yield scrapy.Request(f"{base}/page/4", callback=not_a_spider_method)
         yield scrapy.Request(f"{base}/gone/5", callback=self.parse_item)
         if os.environ.get("EDGE_CHAIN"):
             yield scrapy.Request(f"{base}/page/6", callback=self.parse_first_half)

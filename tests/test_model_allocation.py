@@ -173,7 +173,7 @@ def test_time_unit_does_not_matter(objective: str) -> None:
     assert per_hour.multiplier == pytest.approx(per_day.multiplier * factor, rel=1e-10)
 
 
-@pytest.mark.parametrize("budget", [1e-6, 1e-2, 1e2, 1e6])
+@pytest.mark.parametrize("budget", [1e-100, 1e-6, 1e-2, 1e2, 1e6, 1e100])
 @pytest.mark.parametrize("objective", ["freshness", "age", "changes"])
 def test_extreme_budgets_are_spent(budget: float, objective: str) -> None:
     result = solve_allocation(RATES, budget, objective=objective)

@@ -236,9 +236,10 @@ def test_from_json_rejects_malformed_data(data: object) -> None:
         ChangeStats.from_json(data)
 
 
-def test_from_json_merges_down_to_max_bins() -> None:
+def test_from_json_and_constructor_merge_down_to_max_bins() -> None:
     data = [0.0, 5.0, [[float(t), 1.0] for t in range(1, 6)]]
     assert len(ChangeStats.from_json(data, max_bins=2).changed) == 2
+    assert len(ChangeStats({1.0: 1.0, 2.0: 1.0, 30.0: 1.0}, max_bins=2).changed) == 2
 
 
 # -- Bayesian estimates --------------------------------------------------------

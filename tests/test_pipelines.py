@@ -52,10 +52,12 @@ class Run:
 
     @property
     def stats(self) -> dict[str, Any]:
-        return self.crawler.stats.get_stats()  # type: ignore[union-attr]
+        assert self.crawler.stats is not None
+        return self.crawler.stats.get_stats()
 
     def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None) -> list[Any]:
         """Fetch *url* once: its callback yields *outputs*; returns the items the pipeline let through."""
+        assert isinstance(self.crawler.spider, ShopSpider)
         request = Request(url, callback=self.crawler.spider.parse, meta=dict(meta or {}))
         key = self.tracker.fingerprint(request)
         self.tracker.sighting(request, key)
@@ -198,6 +200,6 @@ def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
 
 def test_spider_hook_sets_value_from_items(runs: Any) -> None:
     run = runs()
-    run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None  # type: ignore[attr-defined]
+    run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None
     run.visit(URL, [Product("a", 1.0)])
     assert run.page(URL).value == 9.0

@@ -82,6 +82,15 @@ def _age_marginal(x: float) -> float:
         power *= -x / k
 
 
+def _age_marginal_over_square(x: float) -> float:
+    # m(x) / x**2 = 1/2 - g(x) / x**2, without overflow for huge x.
+    if x >= 1.0:
+        return 0.5 - utility_fraction(x) / x / x
+    if x < 1e-20:
+        return x / 3.0
+    return _age_marginal(x) / (x * x)
+
+
 def _invert(
     fn: Callable[[float], float],
     slope: Callable[[float], float],
@@ -189,18 +198,19 @@ def _bracket_multiplier(
     lo = hi = mu0
     if spend(mu0) >= budget:
         while True:
-            hi = min(hi * 4.0, mu_max)
+            hi = min(hi * 8.0, mu_max)
             if hi >= mu_max or spend(hi) < budget:
                 break
             lo = hi
     else:
         while True:
-            lo *= 0.25
+            lo *= 0.125
             if spend(lo) >= budget:
                 break
             hi = lo
     # Illinois (regula falsi) on log(mu), with a bisection step whenever the
-    # bracket fails to halve in three steps.
+    # bracket fails to halve in three steps.  lo and hi stay the exact values
+    # spend was evaluated at, so the bracket property holds for the caller.
     a, b = math.log(lo), math.log(hi)
     fa, fb = spend(lo) - budget, spend(hi) - budget
     side = 0
@@ -215,20 +225,23 @@ def _bracket_multiplier(
             width = b - a
         if not a < u < b:
             u = 0.5 * (a + b)
-        fu = spend(math.exp(u)) - budget
+        mu = math.exp(u)
+        if not lo < mu < hi:
+            break
+        fu = spend(mu) - budget
         if fu >= 0.0:
-            a, fa = u, fu
+            a, fa, lo = u, fu, mu
             if side == -1:
                 fb *= 0.5
             side = -1
         else:
-            b, fb = u, fu
+            b, fb, hi = u, fu, mu
             if side == 1:
                 fa *= 0.5
             side = 1
         if abs(fu) <= 1e-14 * budget:
             break
-    return math.exp(a), math.exp(b)
+    return lo, hi
 
 
 def solve_allocation(
@@ -257,47 +270,60 @@ def solve_allocation(
         raise ValueError(f"unknown objective: {objective!r}")
     rates, w, c = _check_inputs(change_rates, budget, weights, costs)
     n = len(rates)
-    scaled = [ci * ri for ci, ri in zip(c, rates, strict=True)]
     if objective == "changes":
         w = [wi * ri for wi, ri in zip(w, rates, strict=True)]
     elif objective == "age":
         w = [wi * ci for wi, ci in zip(w, c, strict=True)]
-    active = [i for i in range(n) if scaled[i] > 0.0 and w[i] > 0.0]
+    active = [i for i in range(n) if rates[i] > 0.0 and w[i] > 0.0]
     if not active:
         return Allocation([0.0] * n, 0.0)
+    # Solve in the time unit where the budget is one visit per active page,
+    # on rates c * lambda (see the module docstring); scale back at the end.
+    unit = len(active) / budget
+    scaled = [ci * ri * unit for ci, ri in zip(c, rates, strict=True)]
+    if not all(math.isfinite(x) for x in (unit, *scaled)):
+        raise ValueError("change rates and budget differ by too many orders of magnitude")
 
     def frequencies(mu: float) -> list[float]:
         out = [0.0] * n
         for i in active:
-            lam = scaled[i]
+            lam, weight = scaled[i], w[i]
             if objective == "age":
-                out[i] = lam / _inverse_age_marginal(mu * lam * lam / w[i])
+                y = mu * lam * lam / weight
+                if y > 1e6:  # m(x) == x**2/2 - 1 to double precision; avoids overflow
+                    out[i] = 1.0 / math.sqrt(2.0 * (mu / weight + 1.0 / (lam * lam)))
+                elif y < 1e-60:  # m(x) == x**3/3 to double precision; avoids underflow
+                    out[i] = math.pow(lam * weight / (3.0 * mu), 1.0 / 3.0)
+                else:
+                    out[i] = lam / _inverse_age_marginal(y)
             else:
-                y = mu * lam / w[i]
-                if y < 1.0:
+                y = mu * lam / weight
+                if y < 1e-40:  # g(x) == x**2/2 to double precision; avoids underflow
+                    out[i] = math.sqrt(lam * weight / (2.0 * mu))
+                elif y < 1.0:
                     out[i] = lam / _inverse_g(y)
         return out
 
     def spend(mu: float) -> float:
         return math.fsum(frequencies(mu))
 
-    # Start at the multiplier of the uniform plan of the best page.
-    f0 = budget / len(active)
+    # Start at the multiplier of the uniform plan (one visit each) of the best page.
     if objective == "age":
-        mu0 = max(w[i] * _age_marginal(scaled[i] / f0) / scaled[i] ** 2 for i in active)
+        mu0 = max(w[i] * _age_marginal_over_square(scaled[i]) for i in active)
         mu_max = math.inf
     else:
-        mu0 = max(w[i] * utility_fraction(scaled[i] / f0) / scaled[i] for i in active)
+        mu0 = max(w[i] * utility_fraction(scaled[i]) / scaled[i] for i in active)
         mu_max = max(w[i] / scaled[i] for i in active)
-    mu_lo, mu_hi = _bracket_multiplier(spend, budget, mu0, mu_max)
+    mu_lo, mu_hi = _bracket_multiplier(spend, float(len(active)), max(mu0, 1e-300), mu_max)
     # Mix the plans at both ends so that the spend is exactly the budget; each
     # page's marginal value stays between mu_lo and mu_hi.
     f_lo, f_hi = frequencies(mu_lo), frequencies(mu_hi)
     s_lo, s_hi = math.fsum(f_lo), math.fsum(f_hi)
-    theta = 1.0 if s_lo == s_hi else (budget - s_hi) / (s_lo - s_hi)
+    theta = 1.0 if s_lo <= s_hi else min(max((len(active) - s_hi) / (s_lo - s_hi), 0.0), 1.0)
     mixed = [theta * x + (1.0 - theta) * y for x, y in zip(f_lo, f_hi, strict=True)]
     total = math.fsum(mixed)
     mu = mu_lo if theta >= 0.5 else mu_hi
+    mu *= unit * unit if objective == "age" else unit  # may overflow to inf
     return Allocation([fi / total * budget / ci for fi, ci in zip(mixed, c, strict=True)], mu)
 
 

@@ -25,10 +25,9 @@ References:
 
 - J. Cho, H. Garcia-Molina, "Estimating frequency of change", ACM TOIT 3(3),
   2003, https://doi.org/10.1145/857166.857170
-- A. Kolobov, Y. Peres, E. Lubetzky, E. Horvitz, "Optimal freshness crawl
-  under politeness constraints", SIGIR 2019, and A. Kolobov, Y. Peres, C. Lu,
-  E. Horvitz, "Staying up to date with online content changes using
-  reinforcement learning for scheduling", NeurIPS 2019 (pseudo-observations).
+- A. Kolobov, Y. Peres, C. Lu, E. Horvitz, "Staying up to date with online
+  content changes using reinforcement learning for scheduling", NeurIPS 2019
+  (learning rates while crawling; pseudo-observations).
 """
 
 from __future__ import annotations
@@ -289,6 +288,7 @@ class ChangeStats:
     def __post_init__(self) -> None:
         if self.max_bins < 1:
             raise ValueError("max_bins must be at least 1")
+        self._merge_bins()
 
     def add(self, interval: float, changed: bool, decay: float = 1.0) -> None:
         """Record a visit *interval* after the previous one; intervals <= 0 count as tiny."""
@@ -313,7 +313,7 @@ class ChangeStats:
         while len(self.changed) > self.max_bins:
             keys = sorted(self.changed)
             i = min(range(len(keys) - 1), key=lambda j: keys[j + 1] / keys[j])
-            (t1, t2) = keys[i], keys[i + 1]
+            t1, t2 = keys[i], keys[i + 1]
             w1, w2 = self.changed.pop(t1), self.changed.pop(t2)
             weight = w1 + w2
             t = _bin_key(math.exp((w1 * math.log(t1) + w2 * math.log(t2)) / weight))
@@ -374,9 +374,7 @@ class ChangeStats:
                 raise ValueError("malformed change stats: bad bin")
             key = _bin_key(float(t))
             changed[key] = changed.get(key, 0.0) + float(w)
-        stats = cls(changed, float(unchanged), float(visits), max_bins)
-        stats._merge_bins()
-        return stats
+        return cls(changed, float(unchanged), float(visits), max_bins)
 
 
 def _is_number(x: object) -> bool:
@@ -583,8 +581,10 @@ def fit_prior(
     mean_log to the mean of the posterior means of log(rate) and sd_log**2 to
     the mean of posterior variance plus squared deviation (sd_log >= 0.05).
     Unlike averaging per-page estimates, this accounts for how little a short
-    or saturated history says.  Pages without observations are ignored; with
-    none left, *start* (or the default prior) is returned.
+    or saturated history says.  Only the fixed grid is used, so a likelihood
+    narrower than its step enters coarsely; that matters little for the spread
+    of a group.  Pages without observations are ignored; with none left,
+    *start* (or the default prior) is returned.
 
     >>> fit_prior([]) == RatePrior()
     True

@@ -36,7 +36,7 @@ from .freshness import _excess, mean_freshness, utility_fraction
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["GridAllocation", "expected_freshness", "expected_spend", "grid_allocation"]
+__all__ = ["GridAllocation", "expected_freshness", "expected_spend", "frequency_at", "grid_allocation"]
 
 _OBJECTIVES = ("freshness", "changes")
 
@@ -103,6 +103,29 @@ def _response(rate: float, weight: float, cost: float, c304: float, mu: float, c
     if y <= 0.0:
         return 1.0 / cycle
     return 1.0 / (_period_index(rate * cycle, h, y) * cycle)
+
+
+def frequency_at(
+    multiplier: float,
+    rate: float,
+    weight: float,
+    cost: float,
+    revalidation_cost: float | None = None,
+    cycle: float = 0.0,
+    objective: str = "freshness",
+) -> float:
+    """One page's frequency in the allocation whose multiplier is *multiplier* (see :func:`grid_allocation`).
+
+    >>> round(frequency_at(0.21643, 1.0, 1.0, 1.0), 3)  # the first page of the published example
+    1.15
+    """
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective must be one of {_OBJECTIVES}")
+    if rate == 0.0 or weight == 0.0:
+        return 0.0
+    w = weight * rate if objective == "changes" else weight
+    c304 = cost if revalidation_cost is None else revalidation_cost
+    return _response(rate, w, cost, c304, multiplier, cycle, _excess(rate * cycle))
 
 
 def expected_spend(
