@@ -34,12 +34,12 @@ from __future__ import annotations
 import math
 
 __all__ = [
+    "cycle_utility",
     "freshness_gain",
     "mean_age",
     "mean_freshness",
     "p_changed",
     "seed_priority",
-    "cycle_utility",
     "utility",
     "utility_fraction",
     "visit_index",
