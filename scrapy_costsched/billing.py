@@ -23,7 +23,9 @@ class BillingModel(Protocol):
     ``expected_cost`` is the planned cost of one visit before it is made, given the
     page's learned mean cost of a visit (``None`` when nothing is known yet).
     ``attempt_cost`` is what one download attempt actually cost: *status* is the
-    HTTP status, or ``None`` when the attempt failed without a response.
+    HTTP status, or ``None`` when the attempt failed without a response; *size* is
+    the bytes it moved, for bandwidth billing (reported as 0 until the byte
+    metering of ``ConditionalRequestMiddleware`` lands, so models here ignore it).
     """
 
     unit: str

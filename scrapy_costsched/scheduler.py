@@ -142,7 +142,7 @@ class CostAwareScheduler(BaseScheduler):
         return self.fallback.close(reason)
 
     def __len__(self) -> int:
-        return len(self.fallback)  # type: ignore[arg-type]
+        return len(self.fallback) + len(self._discovery)  # type: ignore[arg-type]
 
     def has_pending_requests(self) -> bool:
         return self.fallback.has_pending_requests() or (

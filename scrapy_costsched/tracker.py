@@ -53,7 +53,7 @@ class Visit:
     item_hashes: list[str] = field(default_factory=list)
     item_keys: dict[str, str] = field(default_factory=dict)
     outlinks: set[str] = field(default_factory=set)
-    values: list[float] = field(default_factory=list)
+    values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
     failed: bool = False
 
