@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from scrapy_costsched.model import RatePrior, visit_index
+from scrapy_costsched.model import RatePrior
+from scrapy_costsched.model.scoring import Candidate, score
 from tests.helpers import PROJECT, TIERS, DemoSite, crawl, crawl_command, read_state, start_site
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
 def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float) -> list[str]:
     """The documented rule, recomputed from the stored state with the model alone.
 
-    Rank live pages with a template by ``value × U(t) / cost`` (rate = the page's estimate, or its
+    Rank live pages by the model's index, ``value × U(t) / cost`` (rate = the page's estimate, or its
     group prior's median before it has one; t = days since the last visit, infinite if never
     visited; cost 1 under request billing), best first, ties by fingerprint; take the longest
     prefix the budget pays for.
@@ -52,7 +53,7 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
             prior = state["meta"].get("priors", {}).get(f"{page['host']}|{page['page_type']}")
             rate = math.exp(prior[0] if prior else RatePrior().mean_log)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
-        index = visit_index(value, rate, elapsed, 1.0)
+        index = score(Candidate(key, value, rate, elapsed, 1.0))
         if index > 0:
             ranked.append((-index, key))
     ranked.sort()
