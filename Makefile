@@ -16,7 +16,7 @@ demo: $(BIN)/.installed
 	$(BIN)/python example_project/run_demo.py --days $(DAYS) --workdir demo-output --json demo-output/summary.json
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check scrapy_costsched tests example_project bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: lint
