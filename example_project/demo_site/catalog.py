@@ -134,10 +134,13 @@ class Catalog:
         start: float = EPOCH0,
         horizon_days: float = 60.0,
         new_per_day: float | None = None,
+        rate_buckets: tuple[tuple[float, float, float], ...] = RATE_BUCKETS,
     ) -> Catalog:
         """Build a catalog: *products* exist at *start*, *new_per_day* more arrive later.
 
-        *new_per_day* defaults to 1% of *products*. The same arguments always give the same catalog.
+        *new_per_day* defaults to 1% of *products*. *rate_buckets* are (share, lowest, highest rate
+        per day) with log(rate) uniform inside a bucket; the default is the Cho & Garcia-Molina mix.
+        The same arguments always give the same catalog.
         """
         if products < 1 or categories < 1 or horizon_days <= 0:
             raise ValueError("generate requires products >= 1, categories >= 1, horizon_days > 0")
@@ -151,7 +154,7 @@ class Catalog:
 
         # The initial catalog gets the exact tier / bucket mix and balanced categories.
         tiers = [t for t, n in zip(TIERS, _exact_counts(products, TIER_SHARES), strict=True) for _ in range(n)]
-        bucket_shares = tuple(b[0] for b in RATE_BUCKETS)
+        bucket_shares = tuple(b[0] for b in rate_buckets)
         buckets = [i for i, n in enumerate(_exact_counts(products, bucket_shares)) for _ in range(n)]
         cats = [i % categories for i in range(products)]
         for seq in (tiers, buckets, cats):
@@ -161,14 +164,14 @@ class Catalog:
         new_times = sorted(math.ceil(rng.uniform(start, end)) for _ in range(n_new))
         for t in new_times:
             tiers.append(rng.choices(TIERS, TIER_SHARES)[0])
-            buckets.append(rng.choices(range(len(RATE_BUCKETS)), bucket_shares)[0])
+            buckets.append(rng.choices(range(len(rate_buckets)), bucket_shares)[0])
             cats.append(rng.randrange(categories))
             created.append(float(min(t, end)))
 
         items: list[Product] = []
         for i, (tier, bucket, cat, born) in enumerate(zip(tiers, buckets, cats, created, strict=True)):
             pid = i + 1
-            _, lo, hi = RATE_BUCKETS[bucket]
+            _, lo, hi = rate_buckets[bucket]
             rate = math.exp(rng.uniform(math.log(lo), math.log(hi)))
             changes = _poisson_times(random.Random(f"demo-product/{seed}/{pid}"), rate, born, end)
             if len(changes) >= PRICE_MODULUS:
