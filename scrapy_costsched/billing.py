@@ -51,7 +51,7 @@ class RequestsBilling:
         return 1.0
 
 
-class CreditsBilling:
+class CreditsBilling(RequestsBilling):
     """A scraping API: a successful response costs one credit; failures and target errors are free.
 
     As in the seed article's Web Scraping API example, rendering does not change the
@@ -59,13 +59,6 @@ class CreditsBilling:
     """
 
     unit = "credits"
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls()
-
-    def expected_cost(self, learned_cost: float | None) -> float:
-        return 1.0
 
     def attempt_cost(self, status: int | None, size: int) -> float:
         return 1.0 if status is not None and status < 400 else 0.0

@@ -85,3 +85,13 @@ def test_command_line_json_values_are_accepted() -> None:
 def test_clock_is_called_through_the_dotted_path() -> None:
     cfg = config(COSTSCHED_CLOCK="time.monotonic")
     assert isinstance(cfg.clock(), float)
+
+
+def test_billing_models_charge_what_their_plan_says() -> None:
+    from scrapy_costsched.billing import CreditsBilling, RequestsBilling
+
+    requests, credits = RequestsBilling(), CreditsBilling()
+    assert [requests.attempt_cost(s, 0) for s in (200, 404, 503, None)] == [1.0, 1.0, 1.0, 1.0]
+    assert [credits.attempt_cost(s, 0) for s in (200, 304, 404, 503, None)] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert requests.expected_cost(None) == credits.expected_cost(None) == 1.0
+    assert (requests.unit, credits.unit) == ("requests", "credits")
