@@ -90,8 +90,8 @@ def test_clock_is_called_through_the_dotted_path() -> None:
 def test_billing_models_charge_what_their_plan_says() -> None:
     from scrapy_costsched.billing import CreditsBilling, RequestsBilling
 
-    requests, credits = RequestsBilling(), CreditsBilling()
-    assert [requests.attempt_cost(s, 0) for s in (200, 404, 503, None)] == [1.0, 1.0, 1.0, 1.0]
-    assert [credits.attempt_cost(s, 0) for s in (200, 304, 404, 503, None)] == [1.0, 1.0, 0.0, 0.0, 0.0]
-    assert requests.expected_cost(None) == credits.expected_cost(None) == 1.0
-    assert (requests.unit, credits.unit) == ("requests", "credits")
+    per_request, per_credit = RequestsBilling(), CreditsBilling()
+    assert [per_request.attempt_cost(s, 0) for s in (200, 404, 503, None)] == [1.0, 1.0, 1.0, 1.0]
+    assert [per_credit.attempt_cost(s, 0) for s in (200, 304, 404, 503, None)] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert per_request.expected_cost(None) == per_credit.expected_cost(None) == 1.0
+    assert (per_request.unit, per_credit.unit) == ("requests", "credits")
