@@ -19,7 +19,8 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.project import data_path
 
 from scrapy_costsched.billing import BillingModel
-from scrapy_costsched.model import RatePrior, estimate_rate, fit_prior
+from scrapy_costsched.model import RatePrior, estimate_rate
+from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.pages import PageState, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, item_type_name, record_hash
@@ -35,10 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DAY = 86400.0
-#: Pages per group read at close to refit the group's prior (marginal likelihood).
-PRIOR_SAMPLE = 500
-#: A group's prior is only refitted from this many pages with history; fewer keep the broad default.
-PRIOR_MIN_PAGES = 20
 _TRACKER_ATTR = "_costsched_tracker"
 
 
@@ -463,8 +460,7 @@ class Tracker:
         else:
             changed = record != page.record
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
-            decay = 0.5 ** (interval_days * DAY / self.config.history_half_life)
-            page.stats.add(interval_days, changed, decay=decay)
+            observe(page.stats, interval_days, changed, self.config.history_half_life / DAY)
             page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
             page.changes += changed
             outcome = "changed" if changed else "unchanged"
@@ -503,9 +499,9 @@ class Tracker:
         for group, keys in members.items():
             sample = keys if len(keys) <= PRIOR_SAMPLE else rng.sample(keys, PRIOR_SAMPLE)
             pages = [(key, page) for key in sample if (page := self.page(key)) is not None and page.stats.visits > 0]
-            if len(pages) < PRIOR_MIN_PAGES:
+            prior = refit_prior([page.stats for _, page in pages], start=self.prior_of(group))
+            if prior is None:
                 continue
-            prior = fit_prior([page.stats for _, page in pages], start=self.prior_of(group))
             self.priors[group] = prior
             self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
             for key, page in pages:
