@@ -27,6 +27,7 @@ from .estimators import (
     naive_rate,
 )
 from .freshness import (
+    cycle_utility,
     freshness_gain,
     mean_age,
     mean_freshness,
@@ -36,16 +37,24 @@ from .freshness import (
     utility_fraction,
     visit_index,
 )
+from .grid import GridAllocation, expected_freshness, expected_spend, frequency_at, grid_allocation
+from .learning import observe, refit_prior
 
 __all__ = [
     "Allocation",
     "ChangeStats",
+    "GridAllocation",
     "RateEstimate",
     "RatePrior",
     "complete_observation_rate",
+    "cycle_utility",
     "estimate_rate",
+    "expected_freshness",
+    "expected_spend",
     "fit_prior",
+    "frequency_at",
     "freshness_gain",
+    "grid_allocation",
     "improved_rate",
     "last_modified_rate",
     "log_marginal_likelihood",
@@ -54,9 +63,11 @@ __all__ = [
     "mean_freshness_of",
     "mle_rate",
     "naive_rate",
+    "observe",
     "optimal_rates",
     "p_changed",
     "proportional_rates",
+    "refit_prior",
     "seed_priority",
     "solve_allocation",
     "uniform_rates",

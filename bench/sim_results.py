@@ -1,0 +1,215 @@
+"""Regenerate the README's simulator results: markdown tables on stdout and a PNG plot.
+
+Runs ``scrapy_costsched.sim`` for every policy on the Cho & Garcia-Molina 2000 and
+gamma (CV 1 and 2) workloads at 5%, 20% and 50% of the pages per cycle, with known
+and with learned rates (scored over cycles 31-60), then the ``changes`` objective
+(cost per detected change) and the non-Poisson workload, and plots freshness and
+cost per detected change against the budget for every policy (``--plot``; needs
+matplotlib, the ``bench`` extra).  Runs in parallel over ``--jobs`` processes.
+
+    python bench/sim_results.py --pages 2000 --plot bench/sim_results.png
+    python bench/sim_results.py --quick            # small and fast, to try it out
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scrapy_costsched.model.grid import grid_allocation
+from scrapy_costsched.sim import POLICIES, SimConfig, simulate
+
+WORKLOADS = (("cho2000", "cho2000", 1.0), ("gamma, CV 1", "gamma", 1.0), ("gamma, CV 2", "gamma", 2.0))
+BUDGETS = (0.05, 0.2, 0.5)
+PLOT_BUDGETS = (0.05, 0.1, 0.2, 0.35, 0.5)
+PEERS = ("uniform", "proportional", "nutch", "nutch-nosync", "stormcrawler", "stormcrawler-ccnews", "seed-greedy",
+         "seed-greedy-naive")
+
+
+def run_one(config: SimConfig) -> dict[str, Any]:
+    """One policy (plus the oracle) on one configuration: its JSON result."""
+    return simulate(config).as_dict()
+
+
+def run_all(configs: list[SimConfig], jobs: int) -> list[dict[str, Any]]:
+    """Every configuration, one process per (configuration, policy) so that slow learners spread out."""
+    tasks = [replace(c, policies=(p,)) for c in configs for p in c.policies]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(run_one, tasks))
+    merged: list[dict[str, Any]] = []
+    for config in configs:
+        data: dict[str, Any] | None = None
+        for task, result in zip(tasks, results, strict=True):
+            if replace(task, policies=config.policies) != config:
+                continue
+            if data is None:
+                data = result
+            else:
+                data["policies"].update(result["policies"])
+        assert data is not None
+        merged.append(data)
+    return merged
+
+
+def ratio_table(title: str, results: dict[tuple[str, float], dict[str, Any]], policies: tuple[str, ...]) -> str:
+    """Freshness over the oracle's, one row per policy, one column per workload and budget."""
+    columns = [(label, budget) for label, _, _ in WORKLOADS for budget in BUDGETS]
+    header = "| policy | " + " | ".join(f"{label} {budget:.0%}" for label, budget in columns) + " |"
+    lines = [f"**{title}** (value-weighted freshness / oracle's; oracle's freshness in the last row)", "",
+             header, "|---" * (len(columns) + 1) + "|"]
+    for policy in policies:
+        cells = []
+        for column in columns:
+            ratios = {p: r["oracle_ratio"] for p, r in results[column]["policies"].items() if p != "oracle"}
+            value = ratios[policy]
+            best = max(ratios.values())
+            cells.append(f"**{value:.3f}**" if value == best else f"{value:.3f}")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    lines.append("| *oracle freshness* | " + " | ".join(
+        f"{results[c]['policies']['oracle']['freshness']:.4f}" for c in columns) + " |")
+    lines.append("| *grid optimum (expected)* | " + " | ".join(
+        f"{results[c]['analytical_optimum']['grid_freshness']:.4f}" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def changes_table(results: dict[tuple[str, float], dict[str, Any]], policies: tuple[str, ...]) -> str:
+    columns = [(label, budget) for label, _, _ in WORKLOADS for budget in BUDGETS]
+    header = "| policy | " + " | ".join(f"{label} {budget:.0%}" for label, budget in columns) + " |"
+    lines = ["**Cost per detected change, `--objective changes`** (lower is better; known rates)", "",
+             header, "|---" * (len(columns) + 1) + "|"]
+    for policy in ("oracle", *policies):
+        cells = []
+        for column in columns:
+            costs = {p: r["cost_per_change"] for p, r in results[column]["policies"].items()}
+            value = costs[policy]
+            best = min(v for p, v in costs.items() if p != "oracle" and v is not None)
+            text = "-" if value is None else f"{value:.3f}"
+            cells.append(f"**{text}**" if value == best and policy != "oracle" else text)
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def detail_table(title: str, data: dict[str, Any]) -> str:
+    kinds = sorted({k for r in data["policies"].values() for k in r.get("freshness_by_kind", {})})
+    lines = [f"**{title}**", "",
+             "| policy | freshness | /oracle | age (days) | harmonic | detected | missed | cost/change | "
+             "no-change | 304 on change | never visited |" + "".join(f" {k} |" for k in kinds),
+             "|---" * (11 + len(kinds)) + "|"]
+    rows = sorted(data["policies"].items(), key=lambda kv: -kv[1]["freshness"])
+    for name, r in rows:
+        cost = "-" if r["cost_per_change"] is None else f"{r['cost_per_change']:.3f}"
+        by_kind = r.get("freshness_by_kind", {})
+        lines.append(f"| {name} | {r['freshness']:.4f} | {r['oracle_ratio']:.3f} | {r['age']:.2f} | "
+                     f"{r['harmonic_staleness']:.4f} | {r['changes_detected']} | {r['missed_changes']} | {cost} | "
+                     f"{r['no_change_fetches']} | {r['false_not_modified']} | {r['never_visited']} |"
+                     + "".join(f" {by_kind[k]:.3f} |" if k in by_kind else " - |" for k in kinds))
+    return "\n".join(lines)
+
+
+def plot(path: Path, freshness: dict[float, dict[str, Any]], changes: dict[float, dict[str, Any]],
+         title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    budgets = sorted(freshness)
+    for policy in ("oracle", "costsched", *PEERS):
+        style = {"linewidth": 2.5} if policy in ("oracle", "costsched") else {"linewidth": 1.2, "alpha": 0.8}
+        left.plot([100 * b for b in budgets], [freshness[b]["policies"][policy]["freshness"] for b in budgets],
+                  marker="o", label=policy, linestyle="--" if policy == "oracle" else "-", **style)
+        costs = [changes[b]["policies"][policy]["cost_per_change"] for b in budgets]
+        right.plot([100 * b for b in budgets], [math.nan if c is None else c for c in costs], marker="o",
+                   label=policy, linestyle="--" if policy == "oracle" else "-", **style)
+    left.set(xlabel="budget (% of pages per cycle)", ylabel="value-weighted freshness",
+             title="freshness (--objective freshness)")
+    right.set(xlabel="budget (% of pages per cycle)", ylabel="cost per detected change",
+              title="cost per detected change (--objective changes)")
+    left.grid(alpha=0.3)
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def research_vector() -> str:
+    freqs = grid_allocation([1, 2, 3, 4, 5], 5.0).frequencies
+    return ("Oracle on the published example (λ = 1..5/day, 5 syncs/day): f = "
+            + " ".join(f"{f:.3f}" for f in freqs) + " (expected 1.150 1.358 1.354 1.138 0.000)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--cycles", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--plot", type=Path, default=None, help="write the PNG plot here")
+    parser.add_argument("--skip-learned", action="store_true", help="known rates only (much faster)")
+    parser.add_argument("--quick", action="store_true", help="300 pages, 20 cycles: a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.pages, args.cycles = 300, 20
+    started = time.perf_counter()
+    base = SimConfig(pages=args.pages, cycles=args.cycles, seed=args.seed, policies=POLICIES)
+    policies = tuple(p for p in POLICIES if p != "oracle")
+
+    grid = [(label, budget, replace(base, workload=name, cv=cv, budget=budget))
+            for label, name, cv in WORKLOADS for budget in BUDGETS]
+    configs = [c for _, _, c in grid]
+    configs += [replace(c, objective="changes") for c in configs]
+    if not args.skip_learned:
+        configs += [replace(c, rates="learned") for _, _, c in grid]
+    plot_known = [replace(base, budget=b) for b in PLOT_BUDGETS if b not in BUDGETS]
+    configs += plot_known + [replace(c, objective="changes") for c in plot_known]
+    robustness = [
+        replace(base, workload="nonpoisson", budget=0.2),
+        replace(base, workload="nonpoisson", budget=0.2, rates="learned"),
+        replace(base, workload="nonpoisson", budget=0.2, rates="learned", audit=0.05),
+        replace(base, workload="cho2000", budget=0.2, values="lognormal", costs="size", validators=0.05,
+                new_pages=0.08),
+    ]
+    configs += robustness
+    results = dict(zip(configs, run_all(configs, args.jobs), strict=True))
+
+    def by_key(objective: str, rates: str) -> dict[tuple[str, float], dict[str, Any]]:
+        return {(label, budget): results[replace(c, objective=objective, rates=rates)] for label, budget, c in grid}
+
+    print(f"Simulator results: {args.pages} pages, {args.cycles} one-day cycles, scored over cycles "
+          f"{args.cycles // 2 + 1}-{args.cycles}, seed {args.seed}. Regenerate with "
+          f"`python bench/sim_results.py --pages {args.pages} --cycles {args.cycles} --seed {args.seed}"
+          f"{' --plot ' + str(args.plot) if args.plot else ''}`.\n")
+    print(research_vector() + "\n")
+    print(ratio_table("Known rates", by_key("freshness", "known"), policies) + "\n")
+    if not args.skip_learned:
+        print(ratio_table("Rates learned from scratch", by_key("freshness", "learned"), policies) + "\n")
+    print(changes_table(by_key("changes", "known"), policies) + "\n")
+    titles = ("Non-Poisson pages (bursty, weekly, rate shift), validators with 10% lying hosts; known rates, 20%",
+              "The same, rates learned, 20%",
+              "The same, rates learned, 5% of 304 answers verified by a full fetch (`--audit 0.05`), 20%",
+              ("cho2000, lognormal values, size-correlated costs, validators (304 = 5%), 8% new pages a week; "
+               "known rates, 20%"))
+    for title, config in zip(titles, robustness, strict=True):
+        print(detail_table(title, results[config]) + "\n")
+    if args.plot:
+        cho = replace(base, workload="cho2000")
+        fresh = {b: results[replace(cho, budget=b)] for b in PLOT_BUDGETS}
+        caught = {b: results[replace(cho, budget=b, objective="changes")] for b in PLOT_BUDGETS}
+        plot(args.plot, fresh, caught, f"cho2000, {args.pages} pages, known rates, cycles "
+                                       f"{args.cycles // 2 + 1}-{args.cycles}")
+        print(f"![freshness and cost per change against budget]({args.plot.as_posix()})\n")
+    print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
