@@ -54,13 +54,16 @@ class PageState:
         return group_of(self.host, self.page_type)
 
     def summary(self) -> list[Any]:
-        """The compact row planning reads: ``[last_visit, rate, value, gone, has_template, group, cost]``.
+        """The compact row planning reads.
 
-        *cost* is the planned-cost override of the page's ``costsched_cost`` meta, if any.
+        ``[last_visit, rate, value, gone, has_template, group, cost, rate_low, rate_high]``: *cost* is
+        the planned-cost override of the page's ``costsched_cost`` meta, if any; *rate_low* and
+        *rate_high* bound the estimate's 90% interval.
         """
-        rate = self.estimate.rate if self.estimate else None
+        estimate = self.estimate
+        rate, low, high = (estimate.rate, estimate.low, estimate.high) if estimate else (None, None, None)
         cost = self.template["meta"].get("costsched_cost") if self.template else None
-        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost]
+        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost, low, high]
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

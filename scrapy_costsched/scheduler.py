@@ -14,7 +14,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank, score
-from scrapy_costsched.tracker import Tracker
+from scrapy_costsched.tracker import DAY, Tracker
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -111,6 +111,11 @@ class CostAwareScheduler(BaseScheduler):
         return cls(crawler, build_from_crawler(fallback_cls, crawler), tracker)
 
     @property
+    def cycle(self) -> float:
+        """Days between plans: one run per budget period (:func:`~.freshness.cycle_utility`)."""
+        return self.config.budget_period / DAY
+
+    @property
     def budgeted(self) -> bool:
         return self.config.enabled and not self.config.shadow
 
@@ -124,7 +129,7 @@ class CostAwareScheduler(BaseScheduler):
     def _plan(self) -> None:
         remaining = self.tracker.remaining_budget()
         now = self.tracker.now()
-        self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective)]
+        self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective, cycle=self.cycle)]
         reserve = max(remaining, 0.0) * self.config.reserve_discovery
         planned = affordable_prefix(((0.0, c) for c in self._ranking), remaining - reserve)
         self._set_plan_end(len(planned))
@@ -188,7 +193,8 @@ class CostAwareScheduler(BaseScheduler):
             self._defer(key)
             return False
         candidate = Candidate(key, self.tracker.value_of(page), self.tracker.prior_rate(page.group), math.inf, cost)
-        heapq.heappush(self._discovery, (-score(candidate, self.config.objective), next(self._arrivals), key, request))
+        index = score(candidate, self.config.objective, cycle=self.cycle)
+        heapq.heappush(self._discovery, (-index, next(self._arrivals), key, request))
         return True
 
     def _defer(self, key: str) -> None:
@@ -263,7 +269,7 @@ class CostAwareScheduler(BaseScheduler):
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
             deferred = set(self._deferred) - {c.key for c in self._ranking} - self._dispatched
             extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred]
-            self._ranking.extend(c for _, c in rank(extra, self.config.objective))
+            self._ranking.extend(c for _, c in rank(extra, self.config.objective, cycle=self.cycle))
             self._deferred = []
         self._extend_plan()
         while self._next_planned_fits():

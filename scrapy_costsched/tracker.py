@@ -290,7 +290,7 @@ class Tracker:
         """Every known, live page that can be re-issued, as planning sees it."""
         assert self.store is not None
         result = []
-        for key, (last_visit, rate, raw_value, gone, _, group, cost) in self.store.iter_summaries():
+        for key, (last_visit, rate, raw_value, gone, _, group, cost, low, high) in self.store.iter_summaries():
             if gone:
                 continue
             value = resolve_value(raw_value, self.config.value_tiers)
@@ -300,7 +300,7 @@ class Tracker:
                 rate = self.prior_rate(group)
             elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
             cost = cost if cost is not None else self.billing.expected_cost(None)
-            result.append(Candidate(key, value, rate, elapsed, cost))  # type: ignore[arg-type]
+            result.append(Candidate(key, value, rate, elapsed, cost, None, low, high))  # type: ignore[arg-type]
         return result
 
     # -- ledger ----------------------------------------------------------

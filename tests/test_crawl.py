@@ -42,23 +42,25 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
 def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float) -> list[str]:
     """The documented rule, recomputed from the stored state with the model alone.
 
-    Rank live pages by the model's index, ``value × U(t) / cost`` (rate = the page's estimate, or its
-    group prior's median before it has one; t = days since the last visit, infinite if never
-    visited; cost 1 under request billing), best first, ties by fingerprint; take the longest
-    prefix the budget pays for.
+    Rank live pages by the model's index, ``value × U(t) / cost`` with U averaged over the rate's
+    posterior interval and taken over a one-day cycle (rate = the page's estimate, or its group
+    prior's median before it has one; t = days since the last visit, infinite if never visited;
+    cost 1 under request billing), best first, ties by fingerprint; take the longest prefix the
+    budget pays for.
     """
     ranked = []
     for key, page in state["pages"].items():
         if page["gone"]:
             continue
         value = TIERS[page["value"]] if isinstance(page["value"], str) else page["value"]
+        low = high = None
         if page["estimate"] is not None:
-            rate = page["estimate"][0]
+            rate, low, high = page["estimate"]
         else:
             prior = state["meta"].get("priors", {}).get(f"{page['host']}|{page['page_type']}")
             rate = math.exp(prior[0] if prior else RatePrior().mean_log)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
-        index = score(Candidate(key, value, rate, elapsed, 1.0))
+        index = score(Candidate(key, value, rate, elapsed, 1.0, None, low, high), cycle=1.0)
         if index > 0:
             ranked.append((-index, key))
     ranked.sort()
