@@ -2,7 +2,8 @@
 
 Runs ``scrapy_costsched.sim`` for every policy on the Cho & Garcia-Molina 2000 and
 gamma (CV 1 and 2) workloads at 5%, 20% and 50% of the pages per cycle, with known
-and with learned rates (scored over cycles 31-60), then the ``changes`` objective
+and with learned rates (scored over cycles 31-60; from visit outcomes alone, and with
+every host sending an honest Last-Modified), then the ``changes`` objective
 (cost per detected change) and the non-Poisson workload, and plots freshness and
 cost per detected change against the budget for every policy (``--plot``; needs
 matplotlib, the ``bench`` extra).  Runs in parallel over ``--jobs`` processes.
@@ -42,8 +43,12 @@ def run_one(config: SimConfig) -> dict[str, Any]:
 def run_all(configs: list[SimConfig], jobs: int) -> list[dict[str, Any]]:
     """Every configuration, one process per (configuration, policy) so that slow learners spread out."""
     tasks = [replace(c, policies=(p,)) for c in configs for p in c.policies]
+    results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(run_one, tasks))
+        for done, result in enumerate(pool.map(run_one, tasks), 1):
+            results.append(result)
+            print(f"\r{done}/{len(tasks)} runs", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
     merged: list[dict[str, Any]] = []
     for config in configs:
         data: dict[str, Any] | None = None
@@ -169,7 +174,7 @@ def main() -> None:
     configs = [c for _, _, c in grid]
     configs += [replace(c, objective="changes") for c in configs]
     if not args.skip_learned:
-        configs += [replace(c, rates="learned") for _, _, c in grid]
+        configs += [replace(c, rates="learned", last_modified=lm) for _, _, c in grid for lm in (0.0, 1.0)]
     plot_known = [replace(base, budget=b) for b in PLOT_BUDGETS if b not in BUDGETS]
     configs += plot_known + [replace(c, objective="changes") for c in plot_known]
     robustness = [
@@ -182,8 +187,9 @@ def main() -> None:
     configs += robustness
     results = dict(zip(configs, run_all(configs, args.jobs), strict=True))
 
-    def by_key(objective: str, rates: str) -> dict[tuple[str, float], dict[str, Any]]:
-        return {(label, budget): results[replace(c, objective=objective, rates=rates)] for label, budget, c in grid}
+    def by_key(objective: str, rates: str, last_modified: float = 0.0) -> dict[tuple[str, float], dict[str, Any]]:
+        return {(label, budget): results[replace(c, objective=objective, rates=rates, last_modified=last_modified)]
+                for label, budget, c in grid}
 
     print(f"Simulator results: {args.pages} pages, {args.cycles} one-day cycles, scored over cycles "
           f"{args.cycles // 2 + 1}-{args.cycles}, seed {args.seed}. Regenerate with "
@@ -192,7 +198,10 @@ def main() -> None:
     print(research_vector() + "\n")
     print(ratio_table("Known rates", by_key("freshness", "known"), policies) + "\n")
     if not args.skip_learned:
-        print(ratio_table("Rates learned from scratch", by_key("freshness", "learned"), policies) + "\n")
+        print(ratio_table("Rates learned from scratch, from visit outcomes", by_key("freshness", "learned"),
+                          policies) + "\n")
+        print(ratio_table("Rates learned from scratch, every host sending an honest Last-Modified "
+                          "(`--last-modified 1`)", by_key("freshness", "learned", 1.0), policies) + "\n")
     print(changes_table(by_key("changes", "known"), policies) + "\n")
     titles = ("Non-Poisson pages (bursty, weekly, rate shift), validators with 10% lying hosts; known rates, 20%",
               "The same, rates learned, 20%",

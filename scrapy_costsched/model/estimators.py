@@ -37,7 +37,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate, pairwise
-from operator import mul
+from operator import add, mul
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ _LOG_GRID_SQ = tuple(x * x for x in _LOG_GRID)
 _RATE_GRID = tuple(math.exp(x) for x in _LOG_GRID)
 _GRID_EDGES = tuple(_LOG_GRID_LOW + (j - 0.5) * _LOG_STEP for j in range(_GRID_SIZE + 1))
 _MIN_SD_LOG = 0.05
+_SUPPORT_DROP = 40.0
+_EM_TOLERANCE = 1e-4
 _MIN_INTERVAL = 1e-9
 
 
@@ -290,8 +292,12 @@ class ChangeStats:
             raise ValueError("max_bins must be at least 1")
         self._merge_bins()
 
-    def add(self, interval: float, changed: bool, decay: float = 1.0) -> None:
-        """Record a visit *interval* after the previous one; intervals <= 0 count as tiny."""
+    def add(self, interval: float, changed: bool, decay: float = 1.0, then_unchanged: float = 0.0) -> None:
+        """Record a visit *interval* after the previous one; intervals <= 0 count as tiny.
+
+        *then_unchanged* adds unchanged time to the same visit: a change dated by
+        Last-Modified is a change within its resolution, then none until the visit.
+        """
         if not 0.0 <= decay <= 1.0:
             raise ValueError("decay must be in the range 0.0 <= decay <= 1.0")
         if math.isnan(interval) or interval == math.inf:
@@ -307,6 +313,7 @@ class ChangeStats:
             self._merge_bins()
         else:
             self.unchanged_time += interval
+        self.unchanged_time += max(then_unchanged, 0.0)
         self.visits += 1.0
 
     def _merge_bins(self) -> None:
@@ -583,8 +590,10 @@ def fit_prior(
     Unlike averaging per-page estimates, this accounts for how little a short
     or saturated history says.  Only the fixed grid is used, so a likelihood
     narrower than its step enters coarsely; that matters little for the spread
-    of a group.  Pages without observations are ignored; with none left,
-    *start* (or the default prior) is returned.
+    of a group.  Each page enters only where its likelihood is within e**-40
+    of its peak, and EM stops once both parameters move by less than 1e-4 (a
+    prior needs no more).  Pages without observations are ignored; with none
+    left, *start* (or the default prior) is returned.
 
     >>> fit_prior([]) == RatePrior()
     True
@@ -592,34 +601,37 @@ def fit_prior(
     prior = RatePrior() if start is None else start
     if iterations < 1:
         raise ValueError("iterations must be at least 1")
-    scaled: list[list[float]] = []
-    logs: list[list[float]] = []
+    # Each page's likelihood only where it is within e**-40 of its peak: the
+    # E-step then costs the width of the likelihood, not of the whole grid.
+    supports: list[tuple[int, list[float], list[float]]] = []
     for s in stats:
         if _has_data(s):
             ll = _grid_log_likelihood(s)
             top = max(ll)
-            logs.append(ll)
-            scaled.append([math.exp(v - top) for v in ll])
-    if not scaled:
+            kept = [j for j, v in enumerate(ll) if v > top - _SUPPORT_DROP]
+            lo, hi = kept[0], kept[-1] + 1
+            supports.append((lo, ll[lo:hi], [math.exp(v - top) for v in ll[lo:hi]]))
+    if not supports:
         return prior
     mean_log, sd_log = prior.mean_log, prior.sd_log
     for _ in range(iterations):
         log_prior = _log_prior_column(mean_log, sd_log)
         prior_weights = [math.exp(v) for v in log_prior]
         first = second = 0.0
-        for lik, ll in zip(scaled, logs, strict=True):
-            post = list(map(mul, lik, prior_weights))
+        for lo, ll, lik in supports:
+            hi = lo + len(lik)
+            post = list(map(mul, lik, prior_weights[lo:hi]))
             total = sum(post)
             if not total > 1e-280:  # prior and likelihood barely overlap
-                lp = [a + b for a, b in zip(ll, log_prior, strict=True)]
+                lp = list(map(add, ll, log_prior[lo:hi]))
                 top = max(lp)
                 post = [math.exp(v - top) for v in lp]
                 total = sum(post)
-            first += sum(map(mul, post, _LOG_GRID)) / total
-            second += sum(map(mul, post, _LOG_GRID_SQ)) / total
-        new_mean = first / len(scaled)
-        new_sd = max(math.sqrt(max(second / len(scaled) - new_mean**2, 0.0)), _MIN_SD_LOG)
-        done = abs(new_mean - mean_log) <= 1e-9 and abs(new_sd - sd_log) <= 1e-9
+            first += sum(map(mul, post, _LOG_GRID[lo:hi])) / total
+            second += sum(map(mul, post, _LOG_GRID_SQ[lo:hi])) / total
+        new_mean = first / len(supports)
+        new_sd = max(math.sqrt(max(second / len(supports) - new_mean**2, 0.0)), _MIN_SD_LOG)
+        done = abs(new_mean - mean_log) <= _EM_TOLERANCE and abs(new_sd - sd_log) <= _EM_TOLERANCE
         mean_log, sd_log = new_mean, new_sd
         if done:
             break

@@ -85,6 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, argparse.N
                           help="share of hosts whose validators answer 304 although the page changed")
     workload.add_argument("--new-pages", type=float, default=0.0, metavar="FRACTION",
                           help="new pages per week, as a fraction of --pages (Ntoulas et al.: 0.08)")
+    workload.add_argument("--last-modified", type=float, default=0.0, metavar="FRACTION",
+                          help="share of hosts whose answers carry an honest Last-Modified (default 0)")
     workload.add_argument("--audit", type=float, default=0.0, metavar="FRACTION",
                           help="share of 304 answers verified by a full fetch; a host caught lying loses its "
                                "validators (default 0)")
@@ -98,6 +100,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, argparse.N
             objective=args.objective, policies=_policies(args.policy), seed=args.seed, warmup=args.warmup,
             cv=args.cv, shape=args.shape, values=args.values, costs=args.costs, validators=args.validators,
             lying_hosts=args.lying_hosts, new_pages=args.new_pages, half_life=args.half_life, audit=args.audit,
+            last_modified=args.last_modified,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_costsched.model.grid import expected_freshness, grid_allocation
 from scrapy_costsched.model.scoring import OBJECTIVES
 
-from .metrics import Metrics, Outcome, Scorer
-from .policies import POLICIES, Context, KnownRates, LearnedRates, make_policy
+from .metrics import Metrics, Scorer
+from .policies import POLICIES, Context, KnownRates, LearnedRates, make_policy, policy_class
 from .workloads import Workload, WorkloadOptions, make_workload
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ class SimConfig:
     lying_hosts: float = 0.0
     new_pages: float = 0.0
     half_life: float = 180.0
+    last_modified: float = 0.0
+    """Share of hosts whose full answers carry an honest Last-Modified (learners and Nutch use it)."""
     audit: float = 0.0
     """Share of 304 answers verified with a full fetch; a host caught answering 304 for a changed page
     loses its validators (every policy's crawler does this alike)."""
@@ -184,7 +186,8 @@ def run_policy(
     started = clock.perf_counter()
     pages = workload.pages
     truth = KnownRates(pages)
-    rates: KnownRates | LearnedRates = truth if config.rates == "known" else LearnedRates(pages, config.half_life)
+    learn = config.rates == "learned" and policy_class(name).uses_rates
+    rates: KnownRates | LearnedRates = LearnedRates(pages, config.half_life) if learn else truth
     ctx = Context(pages, budget, CYCLE, config.objective, rates, truth, revisit_period)
     policy = make_policy(name, ctx)
     scorer = Scorer(pages, config.scored_from * CYCLE, config.cycles * CYCLE)
@@ -210,9 +213,8 @@ def run_policy(
                 # Verify the 304 with a full fetch: a changed page means the host's validators lie.
                 if outcome.truly_changed:
                     distrusted.add(page.host)
-                    outcome = Outcome(200, outcome.cost + page.cost, changed=True, truly_changed=True)
-                else:
-                    outcome = replace(outcome, cost=outcome.cost + page.cost)
+                full = scorer.outcome(i, time, validators=False)
+                outcome = replace(full, cost=outcome.cost + full.cost)
             scorer.record(i, time, outcome)
             policy.observe(i, time, outcome)
             spent += outcome.cost
@@ -254,7 +256,7 @@ def simulate(config: SimConfig, progress: Callable[[int], None] | None = None) -
     options = WorkloadOptions(
         pages=config.pages, cycles=config.cycles, seed=config.seed, cv=config.cv, shape=config.shape,
         values=config.values, costs=config.costs, validators=config.validators, lying_hosts=config.lying_hosts,
-        new_pages=config.new_pages, revisit_period=period,
+        new_pages=config.new_pages, last_modified=config.last_modified, revisit_period=period,
     )
     workload = make_workload(config.workload, options)
     budget = _budget(config, workload)

@@ -47,7 +47,9 @@ def harmonic(n: int) -> float:
 class Outcome:
     """What one visit found: *status* 200 or 304, its cost, and whether the crawler saw a change.
 
-    *first* marks the first download of a new page (a discovery, not a change).
+    *first* marks the first download of a new page (a discovery, not a change);
+    *modified*, on a 200 from a host that sends Last-Modified, the time of the
+    page's latest change.
     """
 
     status: int
@@ -55,6 +57,7 @@ class Outcome:
     changed: bool
     truly_changed: bool
     first: bool = False
+    modified: float | None = None
 
 
 @dataclass
@@ -105,13 +108,14 @@ class Scorer:
     def outcome(self, i: int, time: float, validators: bool) -> Outcome:
         """What a visit to page *i* at *time* gets, when conditional requests are sent if *validators*."""
         page = self.pages[i]
-        changed_since = bisect_right(page.changes, time) - self.copied_changes[i]
+        changes = bisect_right(page.changes, time)
+        modified = page.changes[changes - 1] if page.last_modified and changes else None
         if self.copied_at[i] is None:
-            return Outcome(200, page.cost, changed=False, truly_changed=False, first=True)
-        truly = changed_since > 0
+            return Outcome(200, page.cost, changed=False, truly_changed=False, first=True, modified=modified)
+        truly = changes > self.copied_changes[i]
         if validators and page.revalidation_cost is not None and (not truly or page.lies):
             return Outcome(304, page.revalidation_cost, changed=False, truly_changed=truly)
-        return Outcome(200, page.cost, changed=truly, truly_changed=truly)
+        return Outcome(200, page.cost, changed=truly, truly_changed=truly, modified=modified)
 
     def record(self, i: int, time: float, outcome: Outcome) -> None:
         """Account for a visit to page *i* at *time* with *outcome* (visits must come in time order)."""

@@ -49,7 +49,16 @@ if TYPE_CHECKING:
     from .metrics import Outcome
     from .workloads import Page
 
-__all__ = ["POLICIES", "Context", "KnownRates", "LearnedRates", "Policy", "make_policy", "proportional_frequencies"]
+__all__ = [
+    "POLICIES",
+    "Context",
+    "KnownRates",
+    "LearnedRates",
+    "Policy",
+    "make_policy",
+    "policy_class",
+    "proportional_frequencies",
+]
 
 POLICIES = (
     "costsched",
@@ -78,7 +87,7 @@ class KnownRates:
     def rate(self, i: int, time: float) -> float:
         return self.pages[i].rate_at(time)
 
-    def observe(self, i: int, interval: float, changed: bool) -> None:
+    def observe(self, i: int, interval: float, changed: bool, modified_ago: float | None) -> None:
         pass
 
     def end_cycle(self, cycle: int, alive: Sequence[int]) -> None:
@@ -89,7 +98,8 @@ class LearnedRates:
     """Rates learned from the policy's own visits, exactly as the Scrapy tracker learns them.
 
     Each visit after the first adds (interval, changed) to the page's history
-    with a 180-day half-life (:func:`~scrapy_costsched.model.learning.observe`),
+    with a 180-day half-life (:func:`~scrapy_costsched.model.learning.observe`;
+    a change dated by Last-Modified, where the host sends it, as such),
     and the page's rate becomes the posterior under its group's prior; pages
     without history use the prior's median.  After each cycle (a crawl run) the
     prior of every group observed is refitted on a sample of its pages.
@@ -119,12 +129,12 @@ class LearnedRates:
             return math.exp(prior.mean_log - spread), math.exp(prior.mean_log + spread)
         return estimate.low, estimate.high
 
-    def observe(self, i: int, interval: float, changed: bool) -> None:
+    def observe(self, i: int, interval: float, changed: bool, modified_ago: float | None) -> None:
         stats = self.stats[i]
         if stats is None:
             stats = self.stats[i] = ChangeStats()
         group = self.pages[i].group
-        observe(stats, interval, changed, self.half_life)
+        observe(stats, interval, changed, self.half_life, modified_ago, resolution=_SECOND)
         self.estimates[i] = estimate_rate(stats, self.prior_of(group))
         self._observed_groups.add(group)
 
@@ -165,9 +175,14 @@ class Context:
 
 
 class Policy:
-    """Plans each cycle's visits; the engine reports what every visit found."""
+    """Plans each cycle's visits; the engine reports what every visit found.
+
+    *uses_rates*: whether the policy plans with change rates (those that do learn them with
+    ``rates="learned"``; the others are spared the cost of estimating them).
+    """
 
     name = "policy"
+    uses_rates = True
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -190,7 +205,8 @@ class Policy:
         """A visit to page *i* at *time* and what it found."""
         previous = self.last_visit[i]
         if previous is not None and not outcome.first:
-            self.ctx.rates.observe(i, time - previous, outcome.changed)
+            modified_ago = None if outcome.modified is None else time - outcome.modified
+            self.ctx.rates.observe(i, time - previous, outcome.changed, modified_ago)
         self.last_visit[i] = time
         n = self._cost_count[i] = self._cost_count[i] + 1
         self.mean_cost[i] += (outcome.cost - self.mean_cost[i]) / n
@@ -241,6 +257,7 @@ class Uniform(Policy):
     """Least recently visited first: every page at the same frequency."""
 
     name = "uniform"
+    uses_rates = False
 
     def plan(self, time: float, budget: float) -> list[int]:
         last, keys = self.last_visit, self.keys
@@ -328,6 +345,7 @@ class Oracle(Credits):
     """
 
     name = "oracle"
+    uses_rates = False  # it knows them: the engine gives it the true ones in every mode
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -386,6 +404,8 @@ class Oracle(Credits):
 class Adaptive(Policy):
     """Shared state of the adaptive-interval peers: an interval and a next fetch time per page."""
 
+    uses_rates = False
+
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         n = len(ctx.pages)
@@ -412,7 +432,10 @@ class Adaptive(Policy):
 
 
 class Nutch(Adaptive):
-    """Apache Nutch 1.x AdaptiveFetchSchedule (inc_rate 0.4, dec_rate 0.2, sync_delta_rate 0.3)."""
+    """Apache Nutch 1.x AdaptiveFetchSchedule (inc_rate 0.4, dec_rate 0.2, sync_delta_rate 0.3).
+
+    The modified time that sync_delta pulls toward is Last-Modified where the host sends it, else the fetch time.
+    """
 
     name = "nutch"
     inc, dec, sync_rate = 0.4, 0.2, 0.3
@@ -427,7 +450,7 @@ class Nutch(Adaptive):
             pass  # STATUS_UNKNOWN: keep the interval
         elif outcome.changed:
             interval *= 1.0 - self.dec
-            self.modified[i] = time
+            self.modified[i] = time if outcome.modified is None else outcome.modified
         else:
             interval *= 1.0 + self.inc
         if self.sync_delta:
@@ -509,9 +532,14 @@ _CLASSES: dict[str, type[Policy]] = {
 }
 
 
-def make_policy(name: str, ctx: Context) -> Policy:
-    """The policy called *name* (one of :data:`POLICIES`)."""
+def policy_class(name: str) -> type[Policy]:
+    """The class of the policy called *name* (one of :data:`POLICIES`)."""
     try:
-        return _CLASSES[name](ctx)
+        return _CLASSES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)} or 'all'") from None
+
+
+def make_policy(name: str, ctx: Context) -> Policy:
+    """The policy called *name* (one of :data:`POLICIES`)."""
+    return policy_class(name)(ctx)

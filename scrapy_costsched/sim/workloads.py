@@ -26,7 +26,8 @@ Change-rate distributions (research.md section 5):
 Options for any workload: heavy-tailed values (``lognormal``, ``pareto``) or
 ``tiers``; costs correlated with the change rate (``size``: larger pages change
 more often, Fetterly et al. 2003); validators; new pages appearing over time
-(Ntoulas et al. 2004 saw about 8% new pages a week).
+(Ntoulas et al. 2004 saw about 8% new pages a week); hosts whose answers carry
+an honest Last-Modified.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ class Page:
     the initial collection has a copy fetched at *last_visit* (<= 0); a new
     page appears at *birth* and has none.  *revalidation_cost* is what a 304
     costs (None: the host ignores validators); *lies* marks a host whose
-    validators answer 304 although the page changed.
+    validators answer 304 although the page changed; *last_modified*, a host
+    whose full answers carry an honest Last-Modified (the latest change's time).
     """
 
     key: str
@@ -114,6 +116,7 @@ class Page:
     group: str = "default"
     kind: str = "poisson"
     lies: bool = False
+    last_modified: bool = False
     shift_time: float = math.inf
     shifted_rate: float = 0.0
 
@@ -147,6 +150,8 @@ class WorkloadOptions:
     validators: float | None = None
     lying_hosts: float = 0.0
     new_pages: float = 0.0
+    last_modified: float = 0.0
+    """Share of hosts whose full answers carry Last-Modified."""
     revisit_period: int = 5
     """Initial copies are 1..revisit_period cycles old, as if a uniform crawler had run before."""
 
@@ -282,6 +287,8 @@ def make_workload(name: str, options: WorkloadOptions) -> Workload:
         raise ValueError(f"--validators ({validators!r}) must be in (0, 1]: the cost of a 304 over a full fetch")
     if not 0.0 <= lying <= 1.0 or not 0.0 <= options.new_pages < math.inf:
         raise ValueError("--lying-hosts must be in [0, 1] and --new-pages >= 0")
+    if not 0.0 <= options.last_modified <= 1.0:
+        raise ValueError(f"--last-modified ({options.last_modified!r}) must be in [0, 1]")
     period = max(1, options.revisit_period)
     start = -float(period)
     horizon = float(options.cycles)
@@ -294,6 +301,9 @@ def make_workload(name: str, options: WorkloadOptions) -> Workload:
     costs = _costs(options.costs, rates, rng)
     hosts = max(1, options.pages // PAGES_PER_HOST)
     liars = set(rng.sample(range(hosts), round(lying * hosts))) if validators is not None else set()
+    # Its own stream, so that the pages and changes stay those of the same seed without it.
+    dated = set(random.Random(f"{name}:{options.seed}:last-modified").sample(
+        range(hosts), round(options.last_modified * hosts)))
     kinds = ("poisson", "bursty", "weekly", "shift")
     pages = []
     for i in range(n):
@@ -327,9 +337,11 @@ def make_workload(name: str, options: WorkloadOptions) -> Workload:
             group=group,
             kind=kind,
             lies=host in liars,
+            last_modified=host in dated,
             shift_time=shift_time,
             shifted_rate=shifted,
         ))
     params.update(values=options.values, costs=options.costs, validators=validators, lying_hosts=lying,
+                  last_modified=options.last_modified,
                   new_pages_per_week=options.new_pages, new_pages=n - options.pages)
     return Workload(name, pages, start, horizon, params)
