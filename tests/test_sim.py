@@ -19,7 +19,14 @@ import pytest
 
 from scrapy_costsched.model import ChangeStats, RatePrior, estimate_rate, mle_rate
 from scrapy_costsched.model.freshness import _excess, cycle_utility, seed_priority, utility, utility_fraction
-from scrapy_costsched.model.grid import expected_freshness, expected_spend, frequency_at, grid_allocation
+from scrapy_costsched.model.grid import (
+    _period_index,
+    _scaled_cycle_utility,
+    expected_freshness,
+    expected_spend,
+    frequency_at,
+    grid_allocation,
+)
 from scrapy_costsched.model.learning import observe
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank, score
 from scrapy_costsched.sim import (
@@ -89,6 +96,22 @@ def test_grid_optimum_is_capped_and_spends_the_budget() -> None:
         freqs[j] -= step
         moved = math.fsum(expected_freshness(r, f, 1.0) for r, f in zip(rates, freqs, strict=True))
         assert moved <= on_grid + 1e-12
+
+
+def test_grid_period_is_the_smallest_that_reaches_the_threshold() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        a, y = math.exp(rng.uniform(-6.0, 2.0)), rng.uniform(1e-4, 0.999)
+        h = _excess(a)
+        k = _period_index(a, h, y)
+        assert _scaled_cycle_utility(a, h, k) >= y
+        assert k == 1 or _scaled_cycle_utility(a, h, k - 1) < y
+    # A nearly static page: periods of ~1e13 cycles, where the first guess is millions of steps off.
+    a, y = 1.3e-13, 0.3
+    k = _period_index(a, _excess(a), y)
+    assert _scaled_cycle_utility(a, _excess(a), k) >= y > _scaled_cycle_utility(a, _excess(a), k - 1)
+    allocation = grid_allocation([1.3e-13, 0.5, 2.0, 30.0], 2.0, cycle=1.0, objective="changes")
+    assert math.fsum(allocation.frequencies) == pytest.approx(2.0, rel=1e-9)  # the budget, spent
 
 
 def test_validator_optimum_satisfies_its_kkt_condition() -> None:

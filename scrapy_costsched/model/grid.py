@@ -80,14 +80,34 @@ def _scaled_cycle_utility(a: float, h: float, k: int) -> float:
 def _period_index(a: float, h: float, y: float) -> int:
     """Smallest k >= 1 with rate·U_c(k·c) >= y, for 0 < y < 1 (a = rate·c, h = h(a)).
 
-    U(t) <= U_c(t) <= U(t + c) puts k within a step of the continuous root.
+    U(t) <= U_c(t) <= U(t + c) puts k within a step of the continuous root, as
+    far as the approximate inverse of g allows: for a nearly static page (k of
+    1e13 cycles) its 1e-6 error is millions of steps, so the search gallops to a
+    bracket and bisects rather than stepping.
     """
-    k = max(1, math.ceil(_approx_inverse_g(y) / a) - 1)
-    while _scaled_cycle_utility(a, h, k) < y:
-        k += 1
-    while k > 1 and _scaled_cycle_utility(a, h, k - 1) >= y:
-        k -= 1
-    return k
+
+    def reaches(k: int) -> bool:
+        return _scaled_cycle_utility(a, h, k) >= y
+
+    guess = max(1, math.ceil(_approx_inverse_g(y) / a) - 1)
+    step = 1
+    if reaches(guess):  # bracket (short, enough]: short = 0 stands for "no period is shorter"
+        enough, short = guess, guess - 1
+        while short >= 1 and reaches(short):
+            enough, step = short, 2 * step
+            short = max(enough - step, 0)
+    else:
+        short, enough = guess, guess + 1
+        while not reaches(enough):
+            short, step = enough, 2 * step
+            enough = short + step
+    while enough - short > 1:
+        middle = (short + enough) // 2
+        if reaches(middle):
+            enough = middle
+        else:
+            short = middle
+    return enough
 
 
 def _response(rate: float, weight: float, cost: float, c304: float, mu: float, cycle: float, h: float) -> float:
