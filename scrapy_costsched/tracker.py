@@ -73,6 +73,7 @@ class Tracker:
         self.pages: dict[str, PageState] = {}
         self.priors: dict[str, RatePrior] = {}
         self.visits: dict[str, Visit] = {}
+        self._visited: set[str] = set()  # pages whose visit this run opened, closed or not
         self._item_visits: dict[int, tuple[Visit, Any, bool]] = {}
         self._statuses: dict[int, int] = {}
         self._failed_attempts: set[str] = set()
@@ -337,14 +338,12 @@ class Tracker:
         if key is None or self.store is None:
             return None
         page_request = self.fingerprint(response.request) == key or "redirect_urls" in response.meta  # type: ignore[arg-type]
-        visit = self.visits.get(key)
-        if visit is not None:
-            if page_request:  # the page fetched twice in one run (shadow mode, dont_filter): one visit counts
-                self.stats.inc_value("costsched/duplicate_fetch")
-                return None
-            return visit  # a chained sub-request, counted when the callback yielded it
         if not page_request:
+            return self.visits.get(key)  # a chained sub-request, counted when the callback yielded it
+        if key in self._visited:  # the page fetched twice in one run (shadow mode, dont_filter): one visit counts
+            self.stats.inc_value("costsched/duplicate_fetch")
             return None
+        self._visited.add(key)
         page = self.page(key)
         if page is None:
             return None
