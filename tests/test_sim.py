@@ -347,10 +347,12 @@ def test_a_dated_change_tells_the_rate() -> None:
     loose, sharp = estimate_rate(undated, prior), estimate_rate(dated, prior)
     assert sharp.low < 0.5 < sharp.high
     assert sharp.high / sharp.low < loose.high / loose.low / 5.0
-    # A date outside the interval (a clock off, or a copy older than the visit before) is not used.
-    odd = ChangeStats()
+    # A date before the previous visit contradicts the history and is not used; one ahead of the clock is now.
+    odd, ahead = ChangeStats(), ChangeStats()
     observe(odd, 20.0, True, math.inf, modified_ago=25.0)
     assert odd == undated
+    observe(ahead, 20.0, True, math.inf, modified_ago=-3.0, resolution=1.0 / 86400.0)
+    assert (ahead.unchanged_time, ahead.changed) == (0.0, {1.157e-05: 1.0})  # bins keep 4 digits
 
 
 def test_last_modified_in_outcomes_and_for_learners() -> None:

@@ -49,7 +49,9 @@ def observe(
     at least once in *interval*" (Cho & Garcia-Molina, TODS 2003, section 4:
     the last-modified estimator).  It enters as a change within the date's
     *resolution* (HTTP dates: one second) followed by *modified_ago* unchanged;
-    what came before that change tells nothing more.
+    what came before that change tells nothing more.  A negative age (a date
+    ahead of the clock it is read against) counts as zero; a date before the
+    previous visit contradicts the history and is not used.
 
     >>> from scrapy_costsched.model import ChangeStats
     >>> s = ChangeStats()
@@ -64,7 +66,7 @@ def observe(
     if not half_life > 0.0:
         raise ValueError("half_life must be positive")
     decay = 1.0 if half_life == math.inf else 0.5 ** (max(interval, 0.0) / half_life)
-    if changed and modified_ago is not None and 0.0 <= modified_ago < interval:
+    if changed and modified_ago is not None and modified_ago < interval:
         stats.add(resolution, True, decay=decay, then_unchanged=modified_ago)
     else:
         stats.add(interval, changed, decay=decay)
