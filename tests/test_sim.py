@@ -463,6 +463,10 @@ def test_bing_history_rejects_malformed_rows(tmp_path: Path) -> None:
     bad.write_text("1\t0.5\t[[1.0, 1]]\n2\t0.5\t[[1.0,\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"history.txt:2: cannot parse"):
         load_bing_history(bad)
+    bad.write_text("1\t0.5\t[[1.0, 1]]\n", encoding="utf-8")
+    (tmp_path / "urlid_imp.txt").write_text("1\thigh\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"urlid_imp.txt:1: importance 'high' is not a number"):
+        load_bing_history(bad)
 
 
 def test_replay_keeps_every_recorded_fact() -> None:

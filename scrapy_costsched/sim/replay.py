@@ -112,10 +112,13 @@ def load_bing_history(path: str | Path, limit: int | None = None) -> list[CrawlH
         wanted = {row.key for row in rows}
         scores: dict[str, float] = {}
         with importance.open(encoding="utf-8") as lines:
-            for line in lines:
+            for number, line in enumerate(lines, 1):
                 parts = line.split("\t")
                 if len(parts) == 2 and parts[0] in wanted:
-                    scores[parts[0]] = float(parts[1])
+                    try:
+                        scores[parts[0]] = float(parts[1])
+                    except ValueError:
+                        raise _malformed(importance, number, f"importance {parts[1].strip()!r} is not a number") from None
         rows = [CrawlHistory(r.key, r.first, r.history, None, max(scores.get(r.key, 1.0), 1e-9), r.cost)
                 for r in rows]
     return rows
