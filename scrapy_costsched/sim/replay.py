@@ -25,6 +25,7 @@ import math
 import random
 from array import array
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ from scrapy_costsched.model import mle_rate
 from .workloads import PAGES_PER_HOST, Page, Workload, poisson_times
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .workloads import WorkloadOptions
 
 __all__ = ["CrawlHistory", "load_bing_history", "load_jsonl", "replay_workload"]
@@ -80,6 +83,12 @@ def _malformed(path: Path, line_number: int, reason: str) -> ValueError:
     return ValueError(f"{path}:{line_number}: {reason}")
 
 
+def _numbered_lines(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
+    """The first *limit* non-blank lines of *path* (all with None) and their line numbers: one record each."""
+    with path.open(encoding="utf-8") as lines:
+        yield from islice(((n, line) for n, line in enumerate(lines, 1) if line.strip()), limit)
+
+
 def load_bing_history(path: str | Path, limit: int | None = None) -> list[CrawlHistory]:
     """Read the first *limit* rows of a Bing ``urlid_offset_history.txt`` file.
 
@@ -88,25 +97,20 @@ def load_bing_history(path: str | Path, limit: int | None = None) -> list[CrawlH
     """
     path = Path(path)
     rows: list[CrawlHistory] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if limit is not None and len(rows) >= limit:
-                break
-            if not line.strip():
-                continue
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 3:
-                raise _malformed(path, number, f"expected 3 tab-separated fields, got {len(fields)}")
-            key, offset, raw = fields
-            try:
-                first = float(offset)
-                pairs = json.loads(raw)
-                history = tuple((float(i), bool(int(c))) for i, c in pairs)
-            except (ValueError, TypeError) as exc:
-                raise _malformed(path, number, f"cannot parse the offset or history ({exc})") from exc
-            if not math.isfinite(first) or any(not 0.0 <= i < math.inf for i, _ in history):
-                raise _malformed(path, number, "offsets and intervals must be finite and non-negative")
-            rows.append(CrawlHistory(key, first, history))
+    for number, line in _numbered_lines(path, limit):
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) != 3:
+            raise _malformed(path, number, f"expected 3 tab-separated fields, got {len(fields)}")
+        key, offset, raw = fields
+        try:
+            first = float(offset)
+            pairs = json.loads(raw)
+            history = tuple((float(i), bool(int(c))) for i, c in pairs)
+        except (ValueError, TypeError) as exc:
+            raise _malformed(path, number, f"cannot parse the offset or history ({exc})") from exc
+        if not math.isfinite(first) or any(not 0.0 <= i < math.inf for i, _ in history):
+            raise _malformed(path, number, "offsets and intervals must be finite and non-negative")
+        rows.append(CrawlHistory(key, first, history))
     importance = path.with_name("urlid_imp.txt")
     if importance.exists():
         wanted = {row.key for row in rows}
@@ -128,26 +132,21 @@ def load_jsonl(path: str | Path, limit: int | None = None) -> list[CrawlHistory]
     """Read histories or exact change times from JSON lines (see the module docstring)."""
     path = Path(path)
     rows: list[CrawlHistory] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if limit is not None and len(rows) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                key = str(record.get("key", number))
-                value, cost = float(record.get("value", 1.0)), float(record.get("cost", 1.0))
-                if "changes" in record:
-                    rows.append(CrawlHistory(key, 0.0, (), tuple(sorted(float(t) for t in record["changes"])),
-                                             value, cost))
-                else:
-                    history = tuple((float(i), bool(int(c))) for i, c in record["history"])
-                    rows.append(CrawlHistory(key, float(record.get("first", 0.0)), history, None, value, cost))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise _malformed(path, number, f"not a change record ({exc!r})") from exc
-            if not (value >= 0.0 and cost > 0.0):
-                raise _malformed(path, number, "value must be >= 0 and cost > 0")
+    for number, line in _numbered_lines(path, limit):
+        try:
+            record = json.loads(line)
+            key = str(record.get("key", number))
+            value, cost = float(record.get("value", 1.0)), float(record.get("cost", 1.0))
+            if "changes" in record:
+                rows.append(CrawlHistory(key, 0.0, (), tuple(sorted(float(t) for t in record["changes"])),
+                                         value, cost))
+            else:
+                history = tuple((float(i), bool(int(c))) for i, c in record["history"])
+                rows.append(CrawlHistory(key, float(record.get("first", 0.0)), history, None, value, cost))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise _malformed(path, number, f"not a change record ({exc!r})") from exc
+        if not (value >= 0.0 and cost > 0.0):
+            raise _malformed(path, number, "value must be >= 0 and cost > 0")
     return rows
 
 
