@@ -3,9 +3,12 @@
 Runs the example project (real ``scrapy crawl`` processes) against the demo site once a day and
 prints one JSON object per seed. ``--mix cho`` is the demo's Cho & Garcia-Molina 2000 mix;
 ``--mix learnable`` draws rates log-uniformly over 1/20..2 per day, the range a daily crawl can
-resolve in 20 days.
+resolve in 20 days. ``--last-modified volatile`` serves a Last-Modified that is always "now", which
+the tracker never trusts, so the same crawls learn from visit outcomes alone; the default (``honest``)
+lets it date changes.
 
     python bench/estimation_accuracy.py --mix cho --seeds 7 8 9
+    python bench/estimation_accuracy.py --mix cho --seeds 7 8 9 --last-modified volatile
 """
 
 from __future__ import annotations
@@ -23,18 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "example_project")]
 
 from demo_site.catalog import RATE_BUCKETS
+from demo_site.server import LAST_MODIFIED_MODES
 
 from tests.helpers import crawl, read_state, start_site
 
 MIXES = {"cho": RATE_BUCKETS, "learnable": ((1.0, 1 / 20, 2.0),)}
 
 
-def run(seed: int, mix: str, days: int, budget: int, products: int) -> dict[str, object]:
+def run(seed: int, mix: str, days: int, budget: int, products: int, last_modified: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         os.environ["DEMO_CLOCK_FILE"] = str(tmp / "clock")
-        site, server = start_site(tmp, products=products, categories=3, seed=seed, horizon_days=days + 5,
-                                  rate_buckets=MIXES[mix])
+        site, server = start_site(tmp, last_modified, products=products, categories=3, seed=seed,
+                                  horizon_days=days + 5, rate_buckets=MIXES[mix])
         try:
             for day in range(1, days + 1):
                 site.set_time(site.day(day))
@@ -46,7 +50,7 @@ def run(seed: int, mix: str, days: int, budget: int, products: int) -> dict[str,
             server.shutdown()
     errors = [abs(math.log(page["estimate"][0] / site.catalog.product(int(page["url"].rsplit("/", 1)[1])).rate))
               for page in state["pages"].values() if page["visits"] >= 5 and page["page_type"] == "product"]
-    return {"mix": mix, "seed": seed, "days": days, "budget": budget, "pages_visited_5_times": len(errors),
+    return {"mix": mix, "last_modified": last_modified, "seed": seed, "days": days, "budget": budget, "pages_visited_5_times": len(errors),
             "median_abs_log_error": round(statistics.median(errors), 3)}
 
 
@@ -57,9 +61,11 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=20)
     parser.add_argument("--budget", type=int, default=30, help="requests per day")
     parser.add_argument("--products", type=int, default=60)
+    parser.add_argument("--last-modified", choices=LAST_MODIFIED_MODES, default="honest",
+                        help="how the demo host's Last-Modified behaves (default: honest)")
     args = parser.parse_args()
     for seed in args.seeds:
-        print(json.dumps(run(seed, args.mix, args.days, args.budget, args.products)), flush=True)
+        print(json.dumps(run(seed, args.mix, args.days, args.budget, args.products, args.last_modified)), flush=True)
 
 
 if __name__ == "__main__":

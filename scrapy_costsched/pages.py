@@ -42,6 +42,8 @@ class PageState:
     item_hashes: list[str] = field(default_factory=list)
     item_keys: dict[str, str] = field(default_factory=dict)
     hash_config: str | None = None
+    last_modified: float | None = None
+    """The ``Last-Modified`` (epoch seconds) of the response the record comes from."""
     stats: ChangeStats = field(default_factory=ChangeStats)
     estimate: RateEstimate | None = None
     visits: int = 0

@@ -22,6 +22,7 @@ from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.model import RatePrior, estimate_rate
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.scoring import Candidate
+from scrapy_costsched.model.trust import LastModifiedTrust, audit_date, http_date
 from scrapy_costsched.pages import PageState, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, item_type_name, record_hash
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
@@ -53,6 +54,10 @@ class Visit:
     values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
     failed: bool = False
+    last_modified: float | None = None
+    """The response's ``Last-Modified`` (epoch seconds), if it sent a readable one."""
+    modified_age: float | None = None
+    """Seconds from that date to the response's ``Date`` (the server's clock), at least 0."""
 
 
 class Tracker:
@@ -72,6 +77,7 @@ class Tracker:
         self.pipeline_enabled = False
         self.pages: dict[str, PageState] = {}
         self.priors: dict[str, RatePrior] = {}
+        self.last_modified_trust: dict[str, LastModifiedTrust] = {}
         self.visits: dict[str, Visit] = {}
         self._visited: set[str] = set()  # pages whose visit this run opened, closed or not
         self._item_visits: dict[int, tuple[Visit, Any, bool]] = {}
@@ -141,6 +147,7 @@ class Tracker:
                 "COSTSCHED_STATE."
             )
         self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
+        self.last_modified_trust = self._load_trust(store.get_meta("last_modified_trust") or {})
         self.period = int(self.now() // self.config.budget_period)
         self.spent = float(store.get_meta(f"ledger:{self.period}") or 0.0)
         self.stats.set_value("costsched/period_spent_at_start", self.spent)
@@ -161,6 +168,7 @@ class Tracker:
         for key in self._failed_attempts:
             self._observe(Visit(page_key=key, time=self.now(), failed=True))
         self._refit_priors()
+        self._save_trust()
         self.store.close()
         self.store = None
 
@@ -287,6 +295,21 @@ class Tracker:
         """The rate planning assumes for a page with no estimate yet: its group prior's median."""
         return math.exp(self.prior_of(group).mean_log)
 
+    def _load_trust(self, stored: Any) -> dict[str, LastModifiedTrust]:
+        trust = {}
+        for host, counts in (stored.items() if isinstance(stored, dict) else ()):
+            try:
+                trust[host] = LastModifiedTrust.from_json(counts)
+            except ValueError as exc:  # that host starts its audits again; the others keep theirs
+                logger.error("costsched: ignoring the stored Last-Modified audits of %s: %s", host, exc)
+                self.stats.inc_value("costsched/storage/unreadable_trust")
+        return trust
+
+    def _save_trust(self) -> None:
+        if self.store is not None and self.last_modified_trust:
+            self.store.set_meta("last_modified_trust",
+                                {host: trust.to_json() for host, trust in self.last_modified_trust.items()})
+
     def candidates(self, now: float) -> list[Candidate]:
         """Every known, live page that can be re-issued, as planning sees it."""
         assert self.store is not None
@@ -355,8 +378,23 @@ class Tracker:
             self._save(key, page)
             return None
         visit = Visit(page_key=key, time=self.now(), failed=response.status >= 400)
+        if not visit.failed:
+            self._read_dates(visit, response)
         self.visits[key] = visit
         return visit
+
+    def _read_dates(self, visit: Visit, response: Response) -> None:
+        """The response's Last-Modified and its age by the server's own Date (a bad header is counted, not used)."""
+        try:
+            visit.last_modified = http_date(response.headers.get("Last-Modified"))
+            served = http_date(response.headers.get("Date"))
+        except ValueError as exc:
+            logger.debug("costsched: %s: %s", response.url, exc)
+            self.stats.inc_value("costsched/invalid/date_header")
+            visit.last_modified = None
+            return
+        if visit.last_modified is not None and served is not None:
+            visit.modified_age = max(served - visit.last_modified, 0.0)
 
     def add_outlink(self, visit: Visit, request: Request) -> None:
         visit.outlinks.add(request.url)
@@ -459,7 +497,9 @@ class Tracker:
         else:
             changed = record != page.record
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
-            observe(page.stats, interval_days, changed, self.config.history_half_life / DAY)
+            modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
+            observe(page.stats, interval_days, changed, self.config.history_half_life / DAY, modified_ago,
+                    resolution=1.0 / DAY)
             page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
             page.changes += changed
             outcome = "changed" if changed else "unchanged"
@@ -468,16 +508,35 @@ class Tracker:
         if outcome == "changed":
             self._update_spend_stats()
         page.record, page.record_kind = record, kind
+        page.last_modified = visit.last_modified
         page.item_hashes = sorted(visit.item_hashes)
         page.item_keys = dict(visit.item_keys)
         page.hash_config = self.hasher.config_id
         page.last_visit = visit.time
         page.visits += 1
 
+    def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
+        """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""
+        if visit.last_modified is None or visit.modified_age is None:
+            return None
+        trust = self.last_modified_trust.setdefault(page.host, LastModifiedTrust())
+        was_trusted = trust.trusted
+        verdict, age_days = audit_date(trust, page.last_modified, visit.last_modified, visit.modified_age / DAY,
+                                       changed, interval_days)
+        if verdict is not None:
+            self.stats.inc_value(f"costsched/last_modified/{verdict}")
+            if was_trusted and not trust.trusted:
+                logger.warning("costsched: %s's Last-Modified no longer dates changes (%s audit: %s)",
+                               page.host, verdict, page.url)
+        if age_days is not None:
+            self.stats.inc_value("costsched/last_modified/dated_changes")
+        return age_days
+
     def commit(self) -> None:
         """A safe point: everything observed so far survives a crash from here on."""
         if self.store is None:
             return
+        self._save_trust()
         self.store.commit()
         self._since_commit = 0
         self.stats.inc_value("costsched/commits")

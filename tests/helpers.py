@@ -92,9 +92,9 @@ def read_state(path: Path) -> dict[str, dict[str, Any]]:
     return {"meta": tables["meta"], "pages": tables["page"], "plan": tables["plan"]}
 
 
-def start_site(tmp: Path, **catalog_args: Any) -> tuple[DemoSite, Any]:
+def start_site(tmp: Path, last_modified: str = "honest", **catalog_args: Any) -> tuple[DemoSite, Any]:
     catalog = Catalog.generate(**catalog_args)
-    server, url = serve_in_thread(catalog)
+    server, url = serve_in_thread(catalog, last_modified=last_modified)
     site = DemoSite(catalog, url, tmp / "clock")
     site.set_time(site.day(0))
     return site, server

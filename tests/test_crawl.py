@@ -200,3 +200,82 @@ def test_foreign_state_file_stops_the_crawl_with_one_line_and_is_untouched(
                      result.log)
     assert result.stats.get("downloader/request_count", 0) == 0
     assert state.read_bytes() == before
+
+
+# -- Last-Modified: trusted once it has agreed with the records, and then it dates changes ----------
+
+
+def _summed(history: dict[str, Any], stat: str) -> int:
+    return sum(day["result"].stats.get(stat, 0) for day in history["days"])
+
+
+def _dated_change_weight(state: dict[str, dict[str, Any]]) -> float:
+    """History weight of changes dated to within one second (how the tracker records a dated change)."""
+    one_second = float(f"{1.0 / 86400.0:.4g}")
+    return sum(weight for page in state["pages"].values()
+               for interval, weight in page["stats"][2] if interval == one_second)
+
+
+@pytest.fixture(scope="module")
+def volatile_history(site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The same shop and crawl plan for eight days, served by a host whose Last-Modified is always "now"."""
+    from demo_site.server import serve_in_thread
+
+    server, url = serve_in_thread(site.catalog, last_modified="volatile")
+    volatile = DemoSite(site.catalog, url, site.clock_file)
+    work = tmp_path_factory.mktemp("volatile")
+    days = []
+    for day in range(1, 9):
+        volatile.set_time(volatile.day(day))
+        result = crawl(volatile, work, budget=BUDGET, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        days.append({"result": result})
+    yield {"days": days, "state": read_state(work / "state.sqlite")}
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_honest_hosts_last_modified_is_trusted_and_dates_changes(history: dict[str, Any]) -> None:
+    state = read_state(history["state"])
+    assert state["meta"]["last_modified_trust"]["127.0.0.1"][2] == 0  # never contradicted
+    assert _summed(history, "costsched/last_modified/contradicts") == 0
+    assert _summed(history, "costsched/last_modified/volatile") == 0
+    assert _summed(history, "costsched/last_modified/agrees") > 100
+    dated = _summed(history, "costsched/last_modified/dated_changes")
+    # Every change seen after the first audits is dated (trust comes within the second day).
+    assert dated >= 0.9 * _summed(history, "costsched/changed") > 0
+
+
+def test_a_volatile_last_modified_is_never_trusted(volatile_history: dict[str, Any]) -> None:
+    counts = volatile_history["state"]["meta"]["last_modified_trust"]["127.0.0.1"]
+    assert counts[1] > counts[0] / 2  # volatile audits: unchanged records under a moving date
+    assert _summed(volatile_history, "costsched/last_modified/dated_changes") == 0
+    assert _summed(volatile_history, "costsched/changed") > 0
+
+
+def test_dated_changes_enter_the_rate_history(history: dict[str, Any], volatile_history: dict[str, Any]) -> None:
+    # A dated change is a change within the date's one-second resolution, then unchanged time since.
+    assert _dated_change_weight(read_state(history["state"])) > 10.0
+    assert _dated_change_weight(volatile_history["state"]) == 0.0
+
+
+def test_a_frozen_last_modified_is_caught_at_the_first_change(small_site: DemoSite, tmp_path: Path) -> None:
+    from demo_site.server import serve_in_thread
+
+    server, url = serve_in_thread(small_site.catalog, last_modified="frozen")
+    frozen = DemoSite(small_site.catalog, url, small_site.clock_file)
+    try:
+        results = []
+        for day in range(1, 8):
+            frozen.set_time(frozen.day(day))
+            results.append(crawl(frozen, tmp_path, budget=40, tag=f"day{day}"))
+            assert results[-1].returncode == 0, results[-1].log[-3000:]
+    finally:
+        server.shutdown()
+        server.server_close()
+    changed = sum(r.stats.get("costsched/changed", 0) for r in results)
+    contradicted = sum(r.stats.get("costsched/last_modified/contradicts", 0) for r in results)
+    assert changed > 0
+    assert contradicted == changed  # every change under a date that never moves
+    assert sum(r.stats.get("costsched/last_modified/dated_changes", 0) for r in results) == 0
+    assert read_state(tmp_path / "state.sqlite")["meta"]["last_modified_trust"]["127.0.0.1"][2] == contradicted

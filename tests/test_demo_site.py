@@ -327,3 +327,23 @@ def test_spider_parses_listing_and_product_pages(catalog: Catalog) -> None:
         stock=content.stock,
         category=product.category,
     )
+
+
+@pytest.mark.parametrize("mode", ["honest", "volatile", "frozen"])
+def test_server_last_modified_modes(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    mode: str) -> None:
+    clock_file = tmp_path / "clock"
+    product = max(catalog.products[:300], key=lambda p: p.rate)
+    t = catalog.version_end(product, 0) + 3600.0  # after the product's first change
+    clock.set_clock(clock_file, t)
+    monkeypatch.setenv(clock.CLOCK_ENV, str(clock_file))
+    server, url = serve_in_thread(catalog, last_modified=mode)
+    try:
+        headers = _get(f"{url}/product/{product.id}")[1]
+        expected = {"honest": catalog.last_modified(product, t), "volatile": t, "frozen": catalog.start}[mode]
+        assert headers["Last-Modified"] == formatdate(expected, usegmt=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(ValueError, match="last_modified must be one of"):
+        serve_in_thread(catalog, last_modified="sometimes")

@@ -331,7 +331,7 @@ def test_learned_rates_mirror_the_tracker() -> None:
     learned = LearnedRates([page([])])
     prior_median = learned.rate(0, 0.0)
     assert prior_median == pytest.approx(0.1)
-    learned.observe(0, 1.0, True, None)
+    learned.observe(0, 1.0, 1.0, True, None)
     assert learned.rate(0, 0.0) > prior_median
     low, high = learned.bounds(0)
     assert low < learned.rate(0, 0.0) < high
@@ -369,11 +369,25 @@ def test_last_modified_in_outcomes_and_for_learners() -> None:
     nutch.add([0], 0.0)
     nutch.observe(0, 3.0, replace(CHANGED, modified=2.0))
     assert nutch.modified[0] == 2.0  # type: ignore[attr-defined]
-    learner = make_policy("costsched", context([page([], last_visit=0.0)], rates="learned"))
-    learner.observe(0, 20.0, replace(CHANGED, modified=18.0))
-    stats = learner.ctx.rates.stats[0]  # type: ignore[union-attr]
-    assert stats is not None
-    assert stats.unchanged_time == pytest.approx(2.0)
+    # ... once the host's dates have agreed with what its pages' visits found (as the tracker does).
+    learner = make_policy("costsched", context([page([], last_visit=0.0) for _ in range(2)], rates="learned"))
+    rates = learner.ctx.rates
+    assert isinstance(rates, LearnedRates)
+    learner.observe(0, 20.0, replace(CHANGED, modified=18.0))  # no date to audit against yet: not dated
+    assert rates.stats[0] is not None
+    assert rates.stats[0].unchanged_time == 0.0
+    for day in (21.0, 22.0, 23.0):
+        learner.observe(0, day, replace(UNCHANGED, modified=18.0))  # the same date, the same record: agrees
+    assert rates.trust[""].trusted
+    learner.observe(1, 5.0, replace(CHANGED, modified=4.0))  # the host is trusted: dated 1 day ago
+    assert rates.stats[1] is not None
+    assert rates.stats[1].unchanged_time == pytest.approx(1.0)
+    learner.observe(1, 9.0, replace(CHANGED, modified=7.0))
+    dated_days = rates.stats[1].unchanged_time
+    assert dated_days == pytest.approx(3.0, rel=0.02)  # 1 day (faded by the half-life) + 2 days
+    learner.observe(1, 12.0, replace(CHANGED, modified=7.0))  # changed under the same date: trust ends
+    assert not rates.trust[""].trusted
+    assert rates.stats[1].unchanged_time <= dated_days
 
 
 def test_learning_from_last_modified_beats_learning_from_outcomes() -> None:

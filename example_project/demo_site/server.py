@@ -133,8 +133,17 @@ def _not_modified(page: _Page, if_none_match: str | None, if_modified_since: str
     return False
 
 
-def make_handler(catalog: Catalog, now: Callable[[], float] = clock.now) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to *catalog* and the clock *now*."""
+#: How a host's ``Last-Modified`` behaves: ``honest`` (the served version's change time), ``volatile``
+#: (the time of the request, as pages rendered on the fly often send) or ``frozen`` (never moves).
+LAST_MODIFIED_MODES = ("honest", "volatile", "frozen")
+
+
+def make_handler(
+    catalog: Catalog, now: Callable[[], float] = clock.now, last_modified: str = "honest"
+) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to *catalog* and the clock *now*, with *last_modified* dates."""
+    if last_modified not in LAST_MODIFIED_MODES:
+        raise ValueError(f"last_modified must be one of {LAST_MODIFIED_MODES}, not {last_modified!r}")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: Scrapy reuses connections
@@ -149,6 +158,8 @@ def make_handler(catalog: Catalog, now: Callable[[], float] = clock.now) -> type
         def _respond(self, *, send_body: bool) -> None:
             t = now()
             page = render(catalog, self.path, t)
+            if page.last_modified is not None and last_modified != "honest":
+                page.last_modified = float(int(t)) if last_modified == "volatile" else catalog.start
             status = page.status
             if _not_modified(page, self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")):
                 status = 304
@@ -177,16 +188,16 @@ def make_handler(catalog: Catalog, now: Callable[[], float] = clock.now) -> type
     return Handler
 
 
-def make_server(catalog: Catalog, port: int = 0) -> ThreadingHTTPServer:
+def make_server(catalog: Catalog, port: int = 0, last_modified: str = "honest") -> ThreadingHTTPServer:
     """A loopback-only threaded server for *catalog* (port 0 picks a free port)."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(catalog))
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(catalog, last_modified=last_modified))
     server.daemon_threads = True
     return server
 
 
-def serve_in_thread(catalog: Catalog, port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+def serve_in_thread(catalog: Catalog, port: int = 0, last_modified: str = "honest") -> tuple[ThreadingHTTPServer, str]:
     """Start a server on a background thread (for tests); returns it and its base URL."""
-    server = make_server(catalog, port)
+    server = make_server(catalog, port, last_modified)
     threading.Thread(target=server.serve_forever, name="demo-site", daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -203,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--horizon-days", type=float, default=60.0)
     parser.add_argument("--new-per-day", type=float, default=None, help="default: 1%% of --products")
     parser.add_argument("--start", type=float, default=EPOCH0, help="epoch seconds of day 0")
+    parser.add_argument("--last-modified", choices=LAST_MODIFIED_MODES, default="honest",
+                        help="how the Last-Modified header behaves (default: honest)")
     return parser
 
 
@@ -216,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         horizon_days=args.horizon_days,
         new_per_day=args.new_per_day,
     )
-    server = make_server(catalog, args.port)
+    server = make_server(catalog, args.port, args.last_modified)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(0)  # unwinds serve_forever in the main thread; finally closes the socket

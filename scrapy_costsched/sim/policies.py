@@ -42,6 +42,7 @@ from scrapy_costsched.model.freshness import seed_priority
 from scrapy_costsched.model.grid import frequency_at, grid_allocation
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank
+from scrapy_costsched.model.trust import LastModifiedTrust, audit_date
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,7 +88,7 @@ class KnownRates:
     def rate(self, i: int, time: float) -> float:
         return self.pages[i].rate_at(time)
 
-    def observe(self, i: int, interval: float, changed: bool, modified_ago: float | None) -> None:
+    def observe(self, i: int, time: float, interval: float | None, changed: bool, modified: float | None) -> None:
         pass
 
     def end_cycle(self, cycle: int, alive: Sequence[int]) -> None:
@@ -99,7 +100,7 @@ class LearnedRates:
 
     Each visit after the first adds (interval, changed) to the page's history
     with a 180-day half-life (:func:`~scrapy_costsched.model.learning.observe`;
-    a change dated by Last-Modified, where the host sends it, as such),
+    a change dated by Last-Modified as such, once the host's dates have proven trustworthy),
     and the page's rate becomes the posterior under its group's prior; pages
     without history use the prior's median.  After each cycle (a crawl run) the
     prior of every group observed is refitted on a sample of its pages.
@@ -111,6 +112,8 @@ class LearnedRates:
         self.stats: list[ChangeStats | None] = [None] * len(pages)
         self.estimates: list[RateEstimate | None] = [None] * len(pages)
         self.priors: dict[str, RatePrior] = {}
+        self.dates: list[float | None] = [None] * len(pages)
+        self.trust: dict[str, LastModifiedTrust] = {}
         self._observed_groups: set[str] = set()
 
     def prior_of(self, group: str) -> RatePrior:
@@ -129,7 +132,21 @@ class LearnedRates:
             return math.exp(prior.mean_log - spread), math.exp(prior.mean_log + spread)
         return estimate.low, estimate.high
 
-    def observe(self, i: int, interval: float, changed: bool, modified_ago: float | None) -> None:
+    def observe(self, i: int, time: float, interval: float | None, changed: bool, modified: float | None) -> None:
+        """A visit at *time*, *interval* after the previous one (None: the first), and its Last-Modified.
+
+        The date is used as the tracker uses it: only once the host's dates have
+        agreed with what its pages' visits found (:func:`~scrapy_costsched.model.trust.audit_date`).
+        """
+        previous_date = self.dates[i]
+        if modified is not None:  # a 304, or a host without dates, keeps the date last seen
+            self.dates[i] = modified
+        if interval is None:
+            return
+        modified_ago = None
+        if modified is not None:
+            trust = self.trust.setdefault(self.pages[i].host, LastModifiedTrust())
+            modified_ago = audit_date(trust, previous_date, modified, time - modified, changed, interval)[1]
         stats = self.stats[i]
         if stats is None:
             stats = self.stats[i] = ChangeStats()
@@ -204,9 +221,8 @@ class Policy:
     def observe(self, i: int, time: float, outcome: Outcome) -> None:
         """A visit to page *i* at *time* and what it found."""
         previous = self.last_visit[i]
-        if previous is not None and not outcome.first:
-            modified_ago = None if outcome.modified is None else time - outcome.modified
-            self.ctx.rates.observe(i, time - previous, outcome.changed, modified_ago)
+        interval = None if previous is None or outcome.first else time - previous
+        self.ctx.rates.observe(i, time, interval, outcome.changed, outcome.modified)
         self.last_visit[i] = time
         n = self._cost_count[i] = self._cost_count[i] + 1
         self.mean_cost[i] += (outcome.cost - self.mean_cost[i]) / n
