@@ -9,10 +9,12 @@ from typing import Any
 
 class EdgeSite:
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
-    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404). Loopback only."""
+    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404). Loopback only. *page_headers* go out with
+    every ``/page`` and ``/flaky`` answer."""
 
     def __init__(self) -> None:
         self.version = 0
+        self.page_headers: dict[str, str] = {}
         self.hits: dict[str, int] = {}
         self._lock = threading.Lock()
         site = self
@@ -29,7 +31,7 @@ class EdgeSite:
                     self._send(503, b"busy")
                 elif kind in ("page", "flaky"):
                     body = f"<html><h1>{kind} {number} v{site.version}</h1></html>".encode()
-                    self._send(200, body, {"Content-Type": "text/html"})
+                    self._send(200, body, {"Content-Type": "text/html", **site.page_headers})
                 else:
                     self._send(404, b"gone")
 

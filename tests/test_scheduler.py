@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -101,3 +102,29 @@ def test_shadow_mode_sends_every_request(edge_site: EdgeSite, tmp_path: Path) ->
     assert first["costsched/duplicate_fetch"] == second["costsched/duplicate_fetch"] == 1
     assert second["costsched/visits/refresh"] == 5  # page/1 twice, flaky/2, redirect/3, page/4
     assert second["costsched/unchanged"] == 4
+
+
+def test_unreadable_date_headers_are_counted_and_the_visits_still_recorded(edge_site: EdgeSite,
+                                                                            tmp_path: Path) -> None:
+    edge_site.page_headers = {"Last-Modified": "yesterday", "Date": "Mon, 30 Nov 2026 12:00:00 GMT"}
+    runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    second = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    # page/1, flaky/2, page/3 and page/4 are known and unchanged; their dates cannot be read.
+    assert second["costsched/invalid/date_header"] == second["costsched/unchanged"] == 4
+    assert "costsched/last_modified/agrees" not in second
+
+
+def test_unreadable_stored_audits_restart_that_hosts_audits_only(edge_site: EdgeSite, tmp_path: Path) -> None:
+    edge_site.page_headers = {"Last-Modified": "Sun, 01 Nov 2026 12:00:00 GMT", "Date": "Mon, 30 Nov 2026 12:00:00 GMT"}
+    runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    assert runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")["costsched/last_modified/agrees"] == 4
+    state = tmp_path / "state.sqlite"
+    assert read_state(state)["meta"]["last_modified_trust"] == {"127.0.0.1": [4, 0, 0]}
+    with sqlite3.connect(state) as conn:
+        conn.execute('''UPDATE "costsched" SET value = ? WHERE key = ?''',
+                     (json.dumps({"127.0.0.1": "lots", "other.example": [5, 0, 0]}), "meta:last_modified_trust"))
+    conn.close()
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
+    assert stats["costsched/storage/unreadable_trust"] == 1
+    assert stats["costsched/unchanged"] == 4  # nothing recorded is lost
+    assert read_state(state)["meta"]["last_modified_trust"] == {"127.0.0.1": [4, 0, 0], "other.example": [5, 0, 0]}
