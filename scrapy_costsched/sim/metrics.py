@@ -108,11 +108,10 @@ class Scorer:
     def outcome(self, i: int, time: float, validators: bool) -> Outcome:
         """What a visit to page *i* at *time* gets, when conditional requests are sent if *validators*."""
         page = self.pages[i]
-        changes = bisect_right(page.changes, time)
-        modified = page.changes[changes - 1] if page.last_modified and changes else None
+        modified = page.modified_at(time)
         if self.copied_at[i] is None:
             return Outcome(200, page.cost, changed=False, truly_changed=False, first=True, modified=modified)
-        truly = changes > self.copied_changes[i]
+        truly = bisect_right(page.changes, time) > self.copied_changes[i]
         if validators and page.revalidation_cost is not None and (not truly or page.lies):
             return Outcome(304, page.revalidation_cost, changed=False, truly_changed=truly)
         return Outcome(200, page.cost, changed=truly, truly_changed=truly, modified=modified)

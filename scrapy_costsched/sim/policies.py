@@ -112,7 +112,8 @@ class LearnedRates:
         self.stats: list[ChangeStats | None] = [None] * len(pages)
         self.estimates: list[RateEstimate | None] = [None] * len(pages)
         self.priors: dict[str, RatePrior] = {}
-        self.dates: list[float | None] = [None] * len(pages)
+        #: The Last-Modified each page's copy came with (the initial copies' too, as their fetch saw it).
+        self.dates = [None if p.last_visit is None else p.modified_at(p.last_visit) for p in pages]
         self.trust: dict[str, LastModifiedTrust] = {}
         self._observed_groups: set[str] = set()
 

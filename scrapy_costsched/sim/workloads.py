@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import random
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +124,13 @@ class Page:
     def rate_at(self, time: float) -> float:
         """The mean change rate in force at *time*."""
         return self.shifted_rate if time >= self.shift_time else self.rate
+
+    def modified_at(self, time: float) -> float | None:
+        """The Last-Modified a full answer at *time* carries: the latest change (None: no date, or no change yet)."""
+        if not self.last_modified:
+            return None
+        changes = bisect_right(self.changes, time)
+        return self.changes[changes - 1] if changes else None
 
 
 @dataclass
