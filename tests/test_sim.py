@@ -369,6 +369,10 @@ def test_last_modified_in_outcomes_and_for_learners() -> None:
     nutch.add([0], 0.0)
     nutch.observe(0, 3.0, replace(CHANGED, modified=2.0))
     assert nutch.modified[0] == 2.0  # type: ignore[attr-defined]
+    # An initial copy keeps the date its fetch saw, so the first visit can already audit the host.
+    copies = LearnedRates([page([-5.0, -2.0, 3.0], last_visit=-1.0, last_modified=True), page([-5.0], last_visit=-1.0),
+                           page([3.0], last_visit=-1.0, last_modified=True)])
+    assert copies.dates == [-2.0, None, None]
     # ... once the host's dates have agreed with what its pages' visits found (as the tracker does).
     learner = make_policy("costsched", context([page([], last_visit=0.0) for _ in range(2)], rates="learned"))
     rates = learner.ctx.rates
