@@ -47,9 +47,18 @@ def test_a_date_older_than_the_previous_visit_contradicts_a_change() -> None:
 def test_a_date_that_moves_without_the_record_is_volatile_and_not_trusted() -> None:
     trust = LastModifiedTrust()
     for _ in range(20):
-        trust.audit(changed=True, moved=True, age=0.0, interval=1.0)
+        trust.audit(changed=True, moved=True, age=0.5, interval=1.0)
         trust.audit(changed=False, moved=True, age=0.0, interval=1.0)  # a date that is always "now"
     assert (trust.agrees, trust.volatile, trust.contradicts) == (20, 20, 0)
+    assert not trust.trusted
+
+
+def test_a_date_that_is_always_the_response_time_is_volatile_even_when_pages_change() -> None:
+    # Pages that change at every visit, under a date that is "now": every audit would agree on
+    # movement alone, and every change would be dated 0 seconds ago (a rate far too high).
+    trust = LastModifiedTrust()
+    for _ in range(10):
+        assert trust.audit(changed=True, moved=True, age=0.0, interval=1.0) == "volatile"
     assert not trust.trusted
 
 

@@ -5,7 +5,8 @@ last visit" (the last-modified estimator, Cho & Garcia-Molina, TODS 2003), but
 only when the date moves exactly when the extracted record does. Every full
 response to a page with a previous record and date is a free audit: the record
 changed and the date moved past the previous visit (or neither moved) agrees;
-the record stayed while the date moved is *volatile* (a date that tracks the
+the record stayed while the date moved, or the date is the response's own time
+(a page rendered now, not changed now), is *volatile* (a date that tracks the
 HTML, ads or the clock, not the data); the record changed while the date stayed
 or points before the previous visit is a *contradiction*. A host's dates are
 trusted after :data:`TRUST_AFTER` agreeing audits, while volatile ones stay
@@ -75,16 +76,21 @@ class LastModifiedTrust:
 
         *changed*: the record differs from the previous visit's; *moved*: the
         date differs from the one that visit saw; *age*: time from the date to the
-        response (by the server's ``Date``); *interval*: time since the previous
-        visit (same unit).
+        response (by the server's ``Date``; 0 when the date is that very time or
+        later); *interval*: time since the previous visit (same unit).
 
         >>> trust = LastModifiedTrust()
-        >>> trust.audit(True, True, 2.0, 5.0), trust.audit(False, False, 7.0, 5.0), trust.audit(False, True, 0.0, 5.0)
+        >>> trust.audit(True, True, 2.0, 5.0), trust.audit(False, False, 7.0, 5.0), trust.audit(False, True, 3.0, 5.0)
         ('agrees', 'agrees', 'volatile')
-        >>> trust.audit(True, True, 6.0, 5.0), trust
-        ('contradicts', LastModifiedTrust(agrees=2, volatile=1, contradicts=1))
+        >>> trust.audit(True, True, 0.0, 5.0), trust.audit(True, True, 6.0, 5.0), trust
+        ('volatile', 'contradicts', LastModifiedTrust(agrees=2, volatile=2, contradicts=1))
         """
-        verdict = (AGREES if moved and age < interval else CONTRADICTS) if changed else (VOLATILE if moved else AGREES)
+        if not changed:
+            verdict = VOLATILE if moved else AGREES
+        elif not moved or age >= interval:
+            verdict = CONTRADICTS
+        else:
+            verdict = AGREES if age > 0.0 else VOLATILE
         setattr(self, verdict, getattr(self, verdict) + 1)
         return verdict
 
