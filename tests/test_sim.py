@@ -369,6 +369,13 @@ def test_last_modified_in_outcomes_and_for_learners() -> None:
     nutch.add([0], 0.0)
     nutch.observe(0, 3.0, replace(CHANGED, modified=2.0))
     assert nutch.modified[0] == 2.0  # type: ignore[attr-defined]
+    # A lying host stamps every answer with its time: audited volatile, its changes are never dated.
+    liar = LearnedRates([page([2.5 * k for k in range(1, 40)], last_visit=0.0, last_modified=True, lies=True)])
+    for visit in range(1, 60, 3):
+        liar.observe(0, float(visit), 3.0 if visit > 1 else 1.0, True, liar.pages[0].modified_at(float(visit)))
+    assert liar.stats[0] is not None
+    assert liar.stats[0].unchanged_time == 0.0
+    assert not liar.trust[""].trusted
     # An initial copy keeps the date its fetch saw, so the first visit can already audit the host.
     copies = LearnedRates([page([-5.0, -2.0, 3.0], last_visit=-1.0, last_modified=True), page([-5.0], last_visit=-1.0),
                            page([3.0], last_visit=-1.0, last_modified=True)])

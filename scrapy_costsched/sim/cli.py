@@ -86,7 +86,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[SimConfig, argparse.N
     workload.add_argument("--new-pages", type=float, default=0.0, metavar="FRACTION",
                           help="new pages per week, as a fraction of --pages (Ntoulas et al.: 0.08)")
     workload.add_argument("--last-modified", type=float, default=0.0, metavar="FRACTION",
-                          help="share of hosts whose answers carry an honest Last-Modified (default 0)")
+                          help="share of hosts whose answers carry Last-Modified (default 0): the last change's "
+                               "time, or on a lying host the time of the answer")
     workload.add_argument("--audit", type=float, default=0.0, metavar="FRACTION",
                           help="share of 304 answers verified by a full fetch; a host caught lying loses its "
                                "validators (default 0)")

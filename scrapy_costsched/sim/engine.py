@@ -57,7 +57,8 @@ class SimConfig:
     new_pages: float = 0.0
     half_life: float = 180.0
     last_modified: float = 0.0
-    """Share of hosts whose full answers carry an honest Last-Modified (learners and Nutch use it)."""
+    """Share of hosts whose full answers carry Last-Modified (learners and Nutch use it; a lying host's is the
+    time of the answer)."""
     audit: float = 0.0
     """Share of 304 answers verified with a full fetch; a host caught answering 304 for a changed page
     loses its validators (every policy's crawler does this alike)."""

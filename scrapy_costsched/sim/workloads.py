@@ -102,7 +102,8 @@ class Page:
     page appears at *birth* and has none.  *revalidation_cost* is what a 304
     costs (None: the host ignores validators); *lies* marks a host whose
     validators answer 304 although the page changed; *last_modified*, a host
-    whose full answers carry an honest Last-Modified (the latest change's time).
+    whose full answers carry a Last-Modified: the latest change's time, or for
+    a host that *lies*, the time of the answer (a date stamped on every render).
     """
 
     key: str
@@ -129,6 +130,8 @@ class Page:
         """The Last-Modified a full answer at *time* carries: the latest change (None: no date, or no change yet)."""
         if not self.last_modified:
             return None
+        if self.lies:
+            return time
         changes = bisect_right(self.changes, time)
         return self.changes[changes - 1] if changes else None
 
