@@ -9,6 +9,7 @@ from scrapy.exceptions import DropItem, NotConfigured
 from scrapy_costsched.tracker import Tracker
 
 if TYPE_CHECKING:
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
@@ -34,7 +35,7 @@ class ChangeDetectionPipeline:
             raise NotConfigured("COSTSCHED_ENABLED is False")
         return cls(tracker, tracker.config.drop_unchanged)
 
-    def process_item(self, item: Any) -> Any:
+    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         unchanged = self.tracker.hash_item(item)
         if unchanged and self.drop_unchanged:
             raise DropItem("costsched: unchanged since the page's last visit")

@@ -12,6 +12,7 @@ from scrapy_costsched.tracker import Tracker, Visit
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
 
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
@@ -38,7 +39,7 @@ class CostSchedSpiderMiddleware:
             raise NotConfigured("COSTSCHED_ENABLED is False")
         return cls(tracker)
 
-    def process_spider_input(self, response: Response) -> None:
+    def process_spider_input(self, response: Response, spider: Spider | None = None) -> None:
         visit = self.tracker.open_visit(response)
         if visit is not None:
             self._visits[id(response)] = visit
@@ -55,7 +56,8 @@ class CostSchedSpiderMiddleware:
         else:
             self.tracker.item_emitted(visit, output)
 
-    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
+    def process_spider_output(self, response: Response, result: Iterable[Any],
+                              spider: Spider | None = None) -> Iterator[Any]:
         visit = self._visit(response)
         if visit is None:
             yield from result
@@ -65,7 +67,8 @@ class CostSchedSpiderMiddleware:
             yield output
         self.tracker.output_done(visit)
 
-    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any],
+                                          spider: Spider | None = None) -> AsyncIterator[Any]:
         visit = self._visit(response)
         if visit is None:
             async for output in result:
@@ -76,7 +79,8 @@ class CostSchedSpiderMiddleware:
             yield output
         self.tracker.output_done(visit)
 
-    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+    def process_spider_exception(self, response: Response, exception: Exception,
+                                 spider: Spider | None = None) -> None:
         visit = self._visit(response)
         if visit is not None:
             self.tracker.output_done(visit, failed=True)
