@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.settings import SETTINGS_PRIORITIES
 
+from scrapy_costsched.downloadermiddleware import ConditionalRequestMiddleware
 from scrapy_costsched.pipelines import ChangeDetectionPipeline
 from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
 
@@ -22,9 +23,11 @@ class Addon:
     Keeps the previous ``SCHEDULER`` as ``COSTSCHED_FALLBACK_SCHEDULER`` (the
     scheduler CostAwareScheduler wraps), dequeues by download slot with
     ``DownloaderAwarePriorityQueue``, puts the spider middleware before
-    ``HttpErrorMiddleware`` and the pipeline at 100, so later pipelines receive
-    only changes when ``COSTSCHED_DROP_UNCHANGED`` is on. Everything is set at
-    ``addon`` priority, so project settings win.
+    ``HttpErrorMiddleware`` (45), ``ConditionalRequestMiddleware`` between
+    HttpProxy and DownloaderStats (800), and the pipeline at 800: after the
+    cleaning pipelines ``startproject`` suggests at 300, before the pipelines that
+    should receive only changes when ``COSTSCHED_DROP_UNCHANGED`` is on.
+    Everything is set at ``addon`` priority, so project settings win.
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
@@ -38,4 +41,5 @@ class Addon:
             settings.set("SCHEDULER", SCHEDULER, max(settings.getpriority("SCHEDULER") or 0, _ADDON_PRIORITY))
         settings.set("SCHEDULER_PRIORITY_QUEUE", "scrapy.pqueues.DownloaderAwarePriorityQueue", "addon")
         settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", CostSchedSpiderMiddleware, 45)
-        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ChangeDetectionPipeline, 100)
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ConditionalRequestMiddleware, 800)
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", ChangeDetectionPipeline, 800)

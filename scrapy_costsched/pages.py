@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy.utils.request import request_from_dict
 
@@ -14,9 +14,11 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
 
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
+#: ``depth`` is kept: a re-issued page keeps its depth, so ``DEPTH_LIMIT`` still applies to it.
 _TRANSIENT_META = frozenset({
-    "costsched_page", "depth", "download_latency", "download_slot", "redirect_reasons", "redirect_times",
-    "redirect_ttl", "redirect_urls", "retry_times", "download_timeout", "handle_httpstatus_all",
+    "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "download_latency",
+    "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
+    "download_timeout", "handle_httpstatus_all", "is_start_request",
 })
 
 
@@ -50,22 +52,24 @@ class PageState:
     changes: int = 0
     failures: int = 0
     gone: bool = False
+    consecutive_failures: int = 0
+    """Failed visits since the last one that answered; each doubles the wait before the next attempt."""
+    gone_strikes: int = 0
+    """Visits in a row that answered 404 or 410; the page is retired only after several."""
+    not_before: float | None = None
+    """No attempt before this time (failure backoff, or the rare re-check of a retired page)."""
 
     @property
     def group(self) -> str:
         return group_of(self.host, self.page_type)
 
     def summary(self) -> list[Any]:
-        """The compact row planning reads.
-
-        ``[last_visit, rate, value, gone, has_template, group, cost, rate_low, rate_high]``: *cost* is
-        the planned-cost override of the page's ``costsched_cost`` meta, if any; *rate_low* and
-        *rate_high* bound the estimate's 90% interval.
-        """
+        """The compact row planning reads: the fields of :class:`Summary`, in order."""
         estimate = self.estimate
         rate, low, high = (estimate.rate, estimate.low, estimate.high) if estimate else (None, None, None)
         cost = self.template["meta"].get("costsched_cost") if self.template else None
-        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost, low, high]
+        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost, low, high,
+                self.not_before]
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -86,6 +90,30 @@ class PageState:
             return cls(**fields)
         except (TypeError, KeyError) as exc:
             raise ValueError(f"malformed page record: {exc}") from None
+
+
+class Summary(NamedTuple):
+    """A page as planning sees it (the ``plan:`` row of the store).
+
+    *cost* is the planned-cost override of the page's ``costsched_cost`` meta, if
+    any; *rate_low* and *rate_high* bound the estimate's 90% interval. Rows written
+    by an older version are shorter; the missing fields take their defaults.
+    """
+
+    last_visit: float | None
+    rate: float | None
+    value: str | float
+    gone: bool
+    has_template: bool
+    group: str
+    cost: float | None = None
+    rate_low: float | None = None
+    rate_high: float | None = None
+    not_before: float | None = None
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> Summary:
+        return cls(*row[: len(cls._fields)])
 
 
 def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""ChangeDetectionPipeline: hashes each item into its page's record."""
+"""ChangeDetectionPipeline: drops items that did not change, when asked to."""
 
 from __future__ import annotations
 
@@ -15,18 +15,21 @@ if TYPE_CHECKING:
 
 
 class ChangeDetectionPipeline:
-    """Hashes items (xxhash over a canonical form) into the record of the page that produced them.
+    """Compares items with their page's last record (xxhash over a canonical form).
 
-    Put it after the pipelines that clean items, so hashes see final values. With
-    ``COSTSCHED_DROP_UNCHANGED`` items equal to the page's previous record (or, with
-    ``COSTSCHED_ITEM_KEY``, to the same item last time) are dropped, so pipelines
-    after this one receive only changes.
+    A page's record is made of its items as they leave the item pipelines (the
+    ``item_scraped`` signal, tied to the page by its response), so any pipeline may
+    return a new item object. With ``COSTSCHED_DROP_UNCHANGED``, items equal to the
+    page's previous record (or, with ``COSTSCHED_ITEM_KEY``, to the same item last
+    time) are dropped here, so the pipelines after this one receive only changes;
+    dropped items still count in the record. The add-on puts it at 800: after the
+    pipelines that clean items (so it compares final values), before those that
+    should see only changes.
     """
 
     def __init__(self, tracker: Tracker, drop_unchanged: bool) -> None:
         self.tracker = tracker
         self.drop_unchanged = drop_unchanged
-        tracker.pipeline_enabled = True
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -36,7 +39,7 @@ class ChangeDetectionPipeline:
         return cls(tracker, tracker.config.drop_unchanged)
 
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:
-        unchanged = self.tracker.hash_item(item)
-        if unchanged and self.drop_unchanged:
-            raise DropItem("costsched: unchanged since the page's last visit")
+        if self.drop_unchanged and self.tracker.is_unchanged(item):
+            self.tracker.item_dropped_unchanged(item)
+            raise DropItem("costsched: unchanged since the page's last visit", log_level="DEBUG")
         return item

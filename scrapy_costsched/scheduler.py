@@ -6,15 +6,19 @@ import heapq
 import itertools
 import logging
 import math
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
+from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank, score
 from scrapy_costsched.tracker import DAY, Tracker
+from scrapy_costsched.visits import PAGE_META, VISIT_META
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -58,8 +62,38 @@ def check_revisit_settings(settings: BaseSettings) -> None:
     if settings.get("JOBDIR"):
         logger.warning(
             "costsched: JOBDIR is set; its requests.seen would drop re-yielded URLs, so CostAwareScheduler "
-            "marks the pages it plans dont_filter and deduplicates them itself, by fingerprint, once per run."
+            "lets the visits it plans past the duplicate filter and deduplicates them itself, by fingerprint, "
+            "once per run."
         )
+
+
+class PlannedVisitsPass(BaseDupeFilter):
+    """The wrapped scheduler's duplicate filter, except for the visits CostAwareScheduler let out.
+
+    Those are deduplicated by the scheduler once per run, so a filter that remembers
+    across runs (``JOBDIR``'s ``requests.seen``) must not drop them; they are still
+    shown to it, so it keeps its record. Unlike ``dont_filter``, this leaves
+    ``allowed_domains`` (OffsiteMiddleware) in force.
+    """
+
+    def __init__(self, inner: BaseDupeFilter) -> None:
+        self.inner = inner
+
+    def request_seen(self, request: Request) -> bool:
+        seen = self.inner.request_seen(request)
+        return seen and VISIT_META not in request.meta
+
+    def open(self) -> Deferred[None] | None:
+        return self.inner.open()
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        return self.inner.close(reason)
+
+    def log(self, request: Request, spider: Spider) -> None:
+        self.inner.log(request, spider)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class CostAwareScheduler(BaseScheduler):
@@ -79,6 +113,12 @@ class CostAwareScheduler(BaseScheduler):
 
     Without ``COSTSCHED_BUDGET`` (shadow mode) every request is passed on unchanged
     and only observed.
+
+    Where it departs from Scrapy's scheduler contract: ``enqueue_request`` returns
+    ``False`` (the engine then sends ``request_dropped``) for known pages outside
+    the plan, for new URLs discovery cannot pay for yet (they are stored and ranked
+    later) and for a page already sent in this run, even with ``dont_filter=True``:
+    planned pages are deduplicated by fingerprint, once per run.
     """
 
     def __init__(self, crawler: Crawler, fallback: BaseScheduler, tracker: Tracker) -> None:
@@ -87,6 +127,9 @@ class CostAwareScheduler(BaseScheduler):
         self.tracker = tracker
         self.config = tracker.config
         self.stats = tracker.stats
+        inner_filter = getattr(fallback, "df", None)
+        if self.budgeted and isinstance(inner_filter, BaseDupeFilter):
+            fallback.df = PlannedVisitsPass(inner_filter)  # type: ignore[attr-defined]
         self._dispatched: set[str] = set()
         self._ranking: list[Candidate] = []
         self._cursor = 0
@@ -120,14 +163,18 @@ class CostAwareScheduler(BaseScheduler):
         return self.config.enabled and not self.config.shadow
 
     def open(self, spider: Spider) -> Deferred[None] | None:
+        """Open the state and plan the run; planning reads every known page, so it runs in a thread."""
         if self.config.enabled:
             self.tracker.open()
-        if self.budgeted:
-            self._plan()
-        return self.fallback.open(spider)
+        if not self.budgeted:
+            return self.fallback.open(spider)
+        planned: Deferred[None] = deferToThread(self._plan)
+        planned.addCallback(lambda _: self.fallback.open(spider))
+        return planned
 
     def _plan(self) -> None:
-        remaining = self.tracker.remaining_budget()
+        started = time.perf_counter()
+        remaining = self.tracker.ledger.remaining()
         now = self.tracker.now()
         self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective, cycle=self.cycle)]
         reserve = max(remaining, 0.0) * self.config.reserve_discovery
@@ -139,17 +186,29 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
+        self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
                     "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
                     len(self._ranking), self._discovery_allowance)
 
     def close(self, reason: str) -> Deferred[None] | None:
-        return self.fallback.close(reason)
+        """Close the wrapped scheduler, then release what ``open()`` took: the state store and its lock."""
+        closed = self.fallback.close(reason)
+        if not self.config.enabled:
+            return closed
+        finished = self.tracker.close(reason)
+        if finished is None:
+            return closed
+        if closed is not None:
+            finished.addCallback(lambda _: closed)
+        return finished
 
     def __len__(self) -> int:
+        """Requests in the wrapped scheduler plus new URLs waiting for discovery budget (not the plan)."""
         return len(self.fallback) + len(self._discovery)  # type: ignore[arg-type]
 
     def has_pending_requests(self) -> bool:
+        """Whether a request is queued, or a planned or new one the budget still pays for."""
         return self.fallback.has_pending_requests() or (
             self.budgeted and (self._next_discovery_fits() or self._next_planned_fits()))
 
@@ -158,20 +217,21 @@ class CostAwareScheduler(BaseScheduler):
             return False
         cost = self.tracker.planned_cost(self._discovery[0][3].meta)
         return (self._discovery_spent + cost <= self._discovery_allowance
-                and cost <= self.tracker.remaining_budget())
+                and cost <= self.tracker.ledger.remaining())
 
     def _next_planned_fits(self) -> bool:
         self._skip_dispatched()
-        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self.tracker.remaining_budget()
+        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self.tracker.ledger.remaining()
 
     def _skip_dispatched(self) -> None:
         while self._cursor < self._plan_end and self._ranking[self._cursor].key in self._dispatched:
             self._cursor += 1
 
     def enqueue_request(self, request: Request) -> bool:
+        """Pass *request* on if the plan or the discovery share wants it (see the class docstring)."""
         if not self.config.enabled:
             return self.fallback.enqueue_request(request)
-        if "costsched_page" in request.meta:
+        if PAGE_META in request.meta:
             return self._enqueue_attempt(request)
         key = self.tracker.fingerprint(request)
         if self.budgeted and key in self._dispatched:
@@ -180,13 +240,16 @@ class CostAwareScheduler(BaseScheduler):
         page, new = self.tracker.sighting(request, key)
         reason = "discovery" if page.last_visit is None else "refresh"
         if not self.budgeted:
-            request.meta["costsched_page"] = key
-            self._count_visit(reason)
+            self.tracker.admitted(request, key, reason)
             return self.fallback.enqueue_request(request)
         cost = self.tracker.planned_cost(request.meta)
         if not new:
             if key not in self._planned:
                 self.stats.inc_value("costsched/skipped/not_planned")
+                if request.meta.get("is_start_request"):
+                    self.stats.inc_value("costsched/skipped/start_url")
+                    logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
+                                "pays for (nothing new expected from it yet)", request.url)
                 return False
             return self._admit(request, key, cost, reason)
         if self._discovery_spent + cost > self._discovery_allowance:
@@ -208,31 +271,33 @@ class CostAwareScheduler(BaseScheduler):
 
     def _enqueue_attempt(self, request: Request) -> bool:
         """Retries, redirects and chained sub-requests of a visit already under way."""
-        if self.budgeted:
-            cost = self.tracker.planned_cost(request.meta)
-            if cost > self.tracker.remaining_budget():
-                self.stats.inc_value("costsched/skipped/budget")
-                return False
-            self.tracker.reserve(request, cost)
-        self.stats.inc_value("costsched/attempts/extra")
-        return self.fallback.enqueue_request(request)
+        if not self.budgeted:
+            return self.fallback.enqueue_request(request)
+        cost = self.tracker.planned_cost(request.meta)
+        if cost > self.tracker.ledger.remaining():
+            self.stats.inc_value("costsched/skipped/budget")
+            return False
+        return self._pass_on(request, cost, "costsched/attempts/extra")
 
     def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
-        if cost > self.tracker.remaining_budget():  # retries took what the plan had counted on
+        if cost > self.tracker.ledger.remaining():  # retries took what the plan had counted on
             self.stats.inc_value("costsched/skipped/budget")
             return False
         self._dispatched.add(key)
-        request.meta["costsched_page"] = key
-        request.dont_filter = True  # deduplicated here, once per run; see check_revisit_settings
-        self.tracker.reserve(request, cost)
-        self._count_visit(reason)
-        return self.fallback.enqueue_request(request)
+        self.tracker.admitted(request, key, reason)
+        return self._pass_on(request, cost, f"costsched/admitted/{reason}")
 
-    def _count_visit(self, reason: str) -> None:
-        self.stats.inc_value("costsched/visits")
-        self.stats.inc_value(f"costsched/visits/{reason}")
+    def _pass_on(self, request: Request, cost: float, stat: str) -> bool:
+        """Into the wrapped scheduler; what it accepts holds its cost until it is charged or released."""
+        if not self.fallback.enqueue_request(request):
+            self.stats.inc_value("costsched/skipped/fallback_refused")
+            return False
+        self.tracker.reserve(request, cost)
+        self.stats.inc_value(stat)
+        return True
 
     def next_request(self) -> Request | None:
+        """The wrapped scheduler's next request; when it runs dry, the next new and planned visits."""
         request = self.fallback.next_request()
         if request is None and self.budgeted and self._top_up():
             request = self.fallback.next_request()
@@ -251,9 +316,8 @@ class CostAwareScheduler(BaseScheduler):
         while moved < TOP_UP and self._next_planned_fits():
             candidate = self._ranking[self._cursor]
             self._cursor += 1
-            request = self.tracker.request_for(candidate.key)
+            request = self._reissue(candidate.key)
             if request is None:
-                self.stats.inc_value("costsched/skipped/no_template")
                 continue
             request.priority += REFRESH_PRIORITY_OFFSET
             reason = "discovery" if candidate.elapsed == math.inf else "refresh"
@@ -274,10 +338,9 @@ class CostAwareScheduler(BaseScheduler):
         self._extend_plan()
         while self._next_planned_fits():
             candidate = self._ranking[self._cursor]
-            request = self.tracker.request_for(candidate.key)
+            self._cursor += 1
+            request = self._reissue(candidate.key)
             if request is None:
-                self._cursor += 1
-                self.stats.inc_value("costsched/skipped/no_template")
                 continue
             # Through the engine, so it wakes now rather than at its next heartbeat.
             self.stats.inc_value("costsched/leftover_rounds")
@@ -285,9 +348,19 @@ class CostAwareScheduler(BaseScheduler):
             self.crawler.engine.crawl(request)
             raise DontCloseSpider
 
+    def _reissue(self, key: str) -> Request | None:
+        """A planned page's request from its template; ``None`` when only the spider can yield it."""
+        if not self.tracker.reissuable(key):
+            self.stats.inc_value("costsched/plan/yield_only")
+            return None
+        request = self.tracker.request_for(key)
+        if request is None:
+            self.stats.inc_value("costsched/skipped/no_template")
+        return request
+
     def _extend_plan(self) -> None:
         """Move the end of the plan down the ranking as far as the remaining budget pays."""
-        budget = self.tracker.remaining_budget()
+        budget = self.tracker.ledger.remaining()
         end = self._cursor
         while end < len(self._ranking):
             candidate = self._ranking[end]

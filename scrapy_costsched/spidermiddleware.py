@@ -1,4 +1,4 @@
-"""Ties what a callback produces to the page whose response it parsed."""
+"""Ties what a callback produces to the visit whose response it parsed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
-from scrapy_costsched.tracker import Tracker, Visit
+from scrapy_costsched.tracker import Tracker
+from scrapy_costsched.visits import PAGE_META, Visit
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -19,13 +20,14 @@ if TYPE_CHECKING:
 
 
 class CostSchedSpiderMiddleware:
-    """Stamps items with their page and closes the page's record when the output is exhausted.
+    """Ties items and requests to their visit, and closes the visit's record when the output is exhausted.
 
     It must run before ``HttpErrorMiddleware`` (order 50), so it sees 404/410
     (gone) and failed responses too; the add-on puts it at 45. A request the
     callback yields with the page's ``costsched_page`` meta (for example with
-    ``meta=response.meta``) is a chained sub-request of the same visit: items it
-    yields still belong to the page, and the record waits for it.
+    ``meta=response.meta``) is a chained sub-request of the same visit: it is
+    marked ``costsched_subrequest``, items it yields still belong to the page, and
+    the record waits for it.
     """
 
     def __init__(self, tracker: Tracker) -> None:
@@ -47,14 +49,14 @@ class CostSchedSpiderMiddleware:
     def _visit(self, response: Response) -> Visit | None:
         return self._visits.pop(id(response), None)
 
-    def _note(self, visit: Visit, output: Any) -> None:
+    def _note(self, visit: Visit, response: Response, output: Any) -> None:
         if isinstance(output, Request):
-            if output.meta.get("costsched_page") == visit.page_key:
-                self.tracker.add_subrequest(visit)
+            if output.meta.get(PAGE_META) == visit.page_key:
+                self.tracker.add_subrequest(visit, output)
             else:
                 self.tracker.add_outlink(visit, output)
         else:
-            self.tracker.item_emitted(visit, output)
+            self.tracker.item_emitted(visit, response, output)
 
     def process_spider_output(self, response: Response, result: Iterable[Any],
                               spider: Spider | None = None) -> Iterator[Any]:
@@ -63,7 +65,7 @@ class CostSchedSpiderMiddleware:
             yield from result
             return
         for output in result:
-            self._note(visit, output)
+            self._note(visit, response, output)
             yield output
         self.tracker.output_done(visit)
 
@@ -75,7 +77,7 @@ class CostSchedSpiderMiddleware:
                 yield output
             return
         async for output in result:
-            self._note(visit, output)
+            self._note(visit, response, output)
             yield output
         self.tracker.output_done(visit)
 

@@ -1,67 +1,66 @@
-"""The one object per crawl that scheduler, spider middleware and pipeline share.
+"""The one object per crawl that scheduler, middlewares and pipeline share.
 
-It owns the state store, the change-rate estimates, the hashing of records and the
-period's ledger; the components talk to it and to nothing else of each other.
+A thin coordinator over rooms with one job each: the page book (pages and
+templates over the store), the ledger (budget period, reservations, charges),
+the visit book (what belongs to which visit), the host book (per-host trust)
+and the learner (observations into estimates). The components talk to the
+tracker and to nothing else of each other.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from scrapy import signals
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.project import data_path
+from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
-from scrapy_costsched.model import RatePrior, estimate_rate
-from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
+from scrapy_costsched.hosts import HostBook
+from scrapy_costsched.learner import DAY, Learner
+from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.model.trust import LastModifiedTrust, audit_date, http_date
+from scrapy_costsched.model.trust import http_date
+from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import PageState, make_template, request_from_template
-from scrapy_costsched.records import RecordHasher, item_type_name, record_hash
+from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
+from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VISIT_META, Visit, VisitBook
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
 
-DAY = 86400.0
+__all__ = ["DAY", "Tracker"]
+
 _TRACKER_ATTR = "_costsched_tracker"
+#: 404/410 answers in a row before a page is retired.
+GONE_AFTER = 3
+#: A retired page is checked again after this many budget periods.
+GONE_RECHECK_PERIODS = 30
+#: The wait after a failed visit doubles with each failure in a row, up to this many periods.
+MAX_BACKOFF_PERIODS = 32
 
 
-@dataclass
-class Visit:
-    """One fetch of a page, open from its response until its record is complete."""
-
-    page_key: str
-    time: float
-    pending_outputs: int = 1
-    pending_items: int = 0
-    item_hashes: list[str] = field(default_factory=list)
-    item_keys: dict[str, str] = field(default_factory=dict)
-    outlinks: set[str] = field(default_factory=set)
-    values: list[str | float] = field(default_factory=list)
-    item_types: set[str] = field(default_factory=set)
-    failed: bool = False
-    last_modified: float | None = None
-    """The response's ``Last-Modified`` (epoch seconds), if it sent a readable one."""
-    modified_age: float | None = None
-    """Seconds from that date to the response's ``Date`` (the server's clock), at least 0."""
+def _robots_holder(netloc: str) -> str:
+    return f"robots.txt:{netloc}"
 
 
 class Tracker:
-    """Pages, ledger, estimates and records of one crawl."""
+    """Pages, ledger, visits, hosts and estimates of one crawl."""
 
     def __init__(self, crawler: Crawler, config: Config) -> None:
         self.crawler = crawler
@@ -74,28 +73,29 @@ class Tracker:
             raise ValueError(f"COSTSCHED_BILLING ({config.billing!r}) does not implement the BillingModel interface "
                              "(unit, expected_cost, attempt_cost).")
         self.store: StateStorage | None = None
-        self.pipeline_enabled = False
-        self.pages: dict[str, PageState] = {}
-        self.priors: dict[str, RatePrior] = {}
-        self.last_modified_trust: dict[str, LastModifiedTrust] = {}
-        self.visits: dict[str, Visit] = {}
-        self._visited: set[str] = set()  # pages whose visit this run opened, closed or not
-        self._item_visits: dict[int, tuple[Visit, Any, bool]] = {}
+        self.pages: PageBook
+        self.hosts: HostBook
+        self.learner: Learner
+        self._ledger: Ledger | None = None
+        self._closing: Deferred[None] | None = None
+        self.visits = VisitBook()
+        self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
         self._statuses: dict[int, int] = {}
-        self._failed_attempts: set[str] = set()
-        self._observed_groups: set[str] = set()
+        self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
+        self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
+        self._unstorable: set[str] = set()
+        self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
+        self._robots_hosts: set[str] = set()
         self._since_commit = 0
-        self.period = 0
-        self.spent = 0.0
-        self.reserved = 0.0
         for handler, signal in (
             (self._spider_opened, signals.spider_opened),
             (self._spider_closed, signals.spider_closed),
+            (self._request_reached_downloader, signals.request_reached_downloader),
             (self._response_downloaded, signals.response_downloaded),
             (self._request_left_downloader, signals.request_left_downloader),
             (self._item_scraped, signals.item_scraped),
-            (self._item_discarded, signals.item_dropped),
-            (self._item_discarded, signals.item_error),
+            (self._item_left, signals.item_dropped),
+            (self._item_left, signals.item_error),
         ):
             crawler.signals.connect(handler, signal=signal)
 
@@ -125,60 +125,137 @@ class Tracker:
     def now(self) -> float:
         return float(self.config.clock())
 
+    @property
+    def ledger(self) -> Ledger:
+        assert self._ledger is not None, "the tracker is not open"
+        return self._ledger
+
     def open(self) -> None:
-        """Open the store once; later calls do nothing."""
+        """Open the store and the rooms over it once; later calls do nothing."""
         if self.store is not None:
             return
+        started = time.perf_counter()
         state = self.config.state or str(Path(data_path("costsched", createdir=True)) / f"{self.spider.name}.sqlite")
         store = storage_from_uri(state)
+        new = not Path(state.removeprefix("sqlite:///")).exists()
         store.open()
+        try:
+            self._check_fingerprinter(store, state)
+        except StateError:
+            store.close()
+            raise
         self.store = store
+        self.pages = PageBook(store, self.stats)
+        self.hosts = HostBook(store, self.stats)
+        self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
+        period = int(self.now() // self.config.budget_period)
+        budget = self.config.budget.amount if self.config.budget is not None else None
+        self._ledger = Ledger(store, period, budget, self.commit)
+        self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
+        self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)
+        self.stats.set_value("costsched/open_seconds", time.perf_counter() - started)
+        if self.config.shadow:
+            self.stats.set_value("costsched/shadow", True)
+        if budget is None:
+            mode = "shadow mode (no COSTSCHED_BUDGET: every request goes out, observations are recorded)"
+        else:
+            mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.remaining():g} left"
+        logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
+        if self._unstorable:
+            self._warn_unstorable(sorted(self._unstorable))
+
+    def _check_fingerprinter(self, store: StateStorage, state: str) -> None:
         fingerprinter = type(self.crawler.request_fingerprinter)
         fingerprinter_name = f"{fingerprinter.__module__}.{fingerprinter.__qualname__}"
         stored = store.get_meta("fingerprinter")
         if stored is None:
             store.set_meta("fingerprinter", fingerprinter_name)
         elif stored != fingerprinter_name:
-            store.close()
-            self.store = None
             raise StateError(
                 f"The costsched state {state!r} keys pages with {stored}, but this crawl uses "
                 f"{fingerprinter_name} (REQUEST_FINGERPRINTER_CLASS); use the same fingerprinter or another "
                 "COSTSCHED_STATE."
             )
-        self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
-        self.last_modified_trust = self._load_trust(store.get_meta("last_modified_trust") or {})
-        self.period = int(self.now() // self.config.budget_period)
-        self.spent = float(store.get_meta(f"ledger:{self.period}") or 0.0)
-        self.stats.set_value("costsched/period_spent_at_start", self.spent)
-        if self.config.shadow:
-            self.stats.set_value("costsched/shadow", True)
 
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
 
-    def _spider_closed(self, spider: Spider, reason: str) -> None:
-        if self.store is None:
-            return
-        for key in list(self.visits):
+    def _spider_closed(self, spider: Spider, reason: str) -> Deferred[None] | None:
+        return self.close(reason)
+
+    def close(self, reason: str, in_thread: bool = True) -> Deferred[None] | None:
+        """Record what the run left open, store the ledger and summary, refit priors, close the store.
+
+        Called by the scheduler's ``close()`` and by ``spider_closed``, whichever comes
+        first; the second call does nothing. The refit runs in a worker thread unless
+        *in_thread* is false (no reactor running).
+        """
+        if self._closing is not None or self.store is None:
+            return None
+        for visit in self.visits.abandon_all():
             # Still waiting for a chained sub-request or an item: the record is incomplete.
-            visit = self.visits.pop(key)
             visit.failed = True
             self._observe(visit)
         for key in self._failed_attempts:
-            self._observe(Visit(page_key=key, time=self.now(), failed=True))
-        self._refit_priors()
-        self._save_trust()
-        self.store.close()
-        self.store = None
+            self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True))
+        self._failed_attempts.clear()
+        unsent = self.ledger.release_all()
+        if unsent:
+            self.stats.set_value("costsched/unsent_at_close", unsent)
+        self.ledger.close()
+        self.pages.flush()
+        self._summarise(reason)
+        if not in_thread:
+            self._finish()
+            return None
+        # Refitting reads every page of the observed groups: off the reactor thread.
+        self._closing = deferToThread(self._finish)
+        return self._closing
+
+    def _finish(self) -> None:
+        assert self.store is not None
+        try:
+            refitted = self.learner.refit_priors(seed=self.ledger.period)
+            self.stats.set_value("costsched/priors_refitted", refitted)
+            self.hosts.save()
+        finally:
+            self.store.close()
+            self.store = None
+
+    def _summarise(self, reason: str) -> None:
+        get = self.stats.get_value
+        period_end = (self.ledger.period + 1) * self.config.budget_period
+        spent = self.ledger.spent_this_run
+        changed = get("costsched/changed", 0)
+        logger.info(
+            "costsched: run finished (%s): %d visits, %d changed, %d unchanged, %d failed; spent %g %s%s; "
+            "%s; next period starts in %.1f h",
+            reason, get("costsched/visits", 0), changed, get("costsched/unchanged", 0), get("costsched/failed", 0),
+            spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
+            "shadow mode, nothing skipped" if self.config.shadow else
+            f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
+            max(period_end - self.now(), 0.0) / 3600.0)
 
     def _update_spend_stats(self) -> None:
-        spent_this_run = self.spent - float(self.stats.get_value("costsched/period_spent_at_start", 0.0))
-        self.stats.set_value("costsched/spent", spent_this_run)
-        self.stats.set_value("costsched/period_spent", self.spent)
+        spent = self.ledger.spent_this_run
+        self.stats.set_value("costsched/spent", spent)
+        self.stats.set_value("costsched/period_spent", self.ledger.spent)
         changed = self.stats.get_value("costsched/changed", 0)
         if changed:
-            self.stats.set_value("costsched/cost_per_change", spent_this_run / changed)
+            self.stats.set_value("costsched/cost_per_change", spent / changed)
+
+    def commit(self) -> None:
+        """A safe point: everything observed so far survives a crash from here on."""
+        if self.store is None:
+            return
+        self.pages.flush()
+        self.hosts.save()
+        self.store.commit()
+        self._since_commit = 0
+        self.stats.inc_value("costsched/commits")
+        logger.debug("costsched: committed; %d observations in this run",
+                     sum(self.stats.get_value(f"costsched/{o}", 0)
+                         for o in ("baseline", "rebaseline", "changed", "unchanged")))
 
     # -- pages -----------------------------------------------------------
 
@@ -186,22 +263,7 @@ class Tracker:
         return self.crawler.request_fingerprinter.fingerprint(request).hex()
 
     def page(self, key: str) -> PageState | None:
-        page = self.pages.get(key)
-        if page is None and self.store is not None:
-            data = self.store.get_page(key)
-            if data is not None:
-                try:
-                    page = PageState.from_json(data)
-                except ValueError as exc:
-                    logger.error("costsched: skipping unreadable stored page %s: %s", key, exc)
-                    self.stats.inc_value("costsched/storage/unreadable_page")
-                    return None
-                self.pages[key] = page
-        return page
-
-    def _save(self, key: str, page: PageState) -> None:
-        assert self.store is not None
-        self.store.put_page(key, page.to_json(), page.summary())
+        return self.pages.get(key)
 
     def _value_from(self, source: Any, meta_value: Any) -> float | None:
         """The value the spider gives *source* (a request or an item): its hook first, then meta."""
@@ -219,16 +281,21 @@ class Tracker:
         return raw  # type: ignore[no-any-return]
 
     def value_of(self, page: PageState) -> float:
-        value = resolve_value(page.value, self.config.value_tiers)
+        return self.resolve_value(page.value)
+
+    def resolve_value(self, raw: Any) -> float:
+        value = resolve_value(raw, self.config.value_tiers)
         if value is None:  # a tier that was renamed since the page was stored
             value = resolve_value(self.config.default_value, self.config.value_tiers)
         assert value is not None
         return value
 
-    def _raise_value(self, page: PageState, raw: Any) -> None:
-        """A page reached from several parents keeps the highest value."""
+    def _raise_value(self, page: PageState, raw: Any) -> bool:
+        """A page reached from several parents keeps the highest value; ``True`` if it rose."""
         if raw is not None and resolve_value(raw, self.config.value_tiers) > self.value_of(page):  # type: ignore[operator]
             page.value = raw
+            return True
+        return False
 
     def sighting(self, request: Request, key: str) -> tuple[PageState, bool]:
         """Record that the spider asked for *request*; returns the page and whether it is new."""
@@ -242,6 +309,7 @@ class Tracker:
         template = make_template(request, self.spider)
         if template is None:
             self.stats.inc_value("costsched/template/unstorable")
+            self._note_unstorable(request)
         elif self._cost_override(template["meta"]) is None:
             template["meta"].pop("costsched_cost", None)  # an invalid override is warned about, never stored
         if page is None:
@@ -249,15 +317,32 @@ class Tracker:
             page = PageState(url=request.url, host=host, page_type=meta_type or "default",
                              value=raw_value if raw_value is not None else self.config.default_value,
                              first_seen=self.now(), template=template)
-            self.pages[key] = page
-        else:
-            if template is not None:
-                page.template = template
-            if meta_type is not None:
-                page.page_type = meta_type
-            self._raise_value(page, raw_value)
-        self._save(key, page)
+            self.pages.changed(key, page)
+            return page, True
+        changed = self._raise_value(page, raw_value)
+        if template is not None and template != page.template:
+            page.template, changed = template, True
+        if meta_type is not None and meta_type != page.page_type:
+            page.page_type, changed = meta_type, True
+        if changed:
+            self.pages.changed(key, page)
         return page, new
+
+    def _note_unstorable(self, request: Request) -> None:
+        callback = request.callback
+        name = getattr(callback, "__qualname__", None) or repr(callback)
+        if name in self._unstorable:
+            return
+        self._unstorable.add(name)
+        assert self.store is not None
+        self.store.set_meta("unstorable_callbacks", sorted(self._unstorable))
+        self._warn_unstorable([name])
+
+    def _warn_unstorable(self, names: list[str]) -> None:
+        logger.warning(
+            "costsched: callbacks %s are not methods of the spider, so their pages cannot be re-issued from "
+            "the state: they are visited only when the spider yields them. Make them spider methods to let "
+            "the scheduler revisit those pages on its own.", ", ".join(repr(n) for n in names))
 
     def request_for(self, key: str) -> Request | None:
         """Re-issue a known page from its stored template (the spider's value hook is asked again)."""
@@ -270,7 +355,12 @@ class Tracker:
             logger.warning("costsched: cannot re-issue %s from its template: %s", page.url, exc)
             self.stats.inc_value("costsched/template/broken")
             return None
-        self._raise_value(page, self._value_from(request, request.meta.get("costsched_value")))
+        depth_limit = self.crawler.settings.getint("DEPTH_LIMIT")
+        if depth_limit and request.meta.get("depth", 0) > depth_limit:
+            self.stats.inc_value("costsched/skipped/depth_limit")
+            return None
+        if self._raise_value(page, self._value_from(request, request.meta.get("costsched_value"))):
+            self.pages.changed(key, page)
         return request
 
     def _cost_override(self, meta: dict[str, Any]) -> float | None:
@@ -288,99 +378,123 @@ class Tracker:
         override = self._cost_override(meta)
         return override if override is not None else self.billing.expected_cost(None)
 
-    def prior_of(self, group: str) -> RatePrior:
-        return self.priors.get(group) or RatePrior()
-
     def prior_rate(self, group: str) -> float:
-        """The rate planning assumes for a page with no estimate yet: its group prior's median."""
-        return math.exp(self.prior_of(group).mean_log)
-
-    def _load_trust(self, stored: Any) -> dict[str, LastModifiedTrust]:
-        trust = {}
-        for host, counts in (stored.items() if isinstance(stored, dict) else ()):
-            try:
-                trust[host] = LastModifiedTrust.from_json(counts)
-            except ValueError as exc:  # that host starts its audits again; the others keep theirs
-                logger.error("costsched: ignoring the stored Last-Modified audits of %s: %s", host, exc)
-                self.stats.inc_value("costsched/storage/unreadable_trust")
-        return trust
-
-    def _save_trust(self) -> None:
-        if self.store is not None and self.last_modified_trust:
-            self.store.set_meta("last_modified_trust",
-                                {host: trust.to_json() for host, trust in self.last_modified_trust.items()})
+        return self.learner.prior_rate(group)
 
     def candidates(self, now: float) -> list[Candidate]:
-        """Every known, live page that can be re-issued, as planning sees it."""
-        assert self.store is not None
+        """Every known, live page that may be visited now, as planning sees it.
+
+        Pages waiting out a failure backoff are left out; a retired page comes back
+        for its rare re-check.
+        """
         result = []
-        for key, (last_visit, rate, raw_value, gone, _, group, cost, low, high) in self.store.iter_summaries():
-            if gone:
+        for key, row in self.pages.summaries():
+            if row.not_before is not None and row.not_before > now:
                 continue
-            value = resolve_value(raw_value, self.config.value_tiers)
-            if value is None:
-                value = resolve_value(self.config.default_value, self.config.value_tiers)
-            if rate is None:
-                rate = self.prior_rate(group)
-            elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
-            cost = cost if cost is not None else self.billing.expected_cost(None)
-            result.append(Candidate(key, value, rate, elapsed, cost, None, low, high))  # type: ignore[arg-type]
+            rate = row.rate if row.rate is not None else self.prior_rate(row.group)
+            elapsed = math.inf if row.last_visit is None else max(now - row.last_visit, 0.0) / DAY
+            cost = row.cost if row.cost is not None else self.billing.expected_cost(None)
+            result.append(Candidate(key, self.resolve_value(row.value), rate, elapsed, cost, None,
+                                    row.rate_low, row.rate_high))
         return result
 
-    # -- ledger ----------------------------------------------------------
+    def reissuable(self, key: str) -> bool:
+        page = self.page(key)
+        return page is not None and page.template is not None
 
-    def remaining_budget(self) -> float:
-        assert self.config.budget is not None
-        return self.config.budget.amount - self.spent - self.reserved
+    # -- the ledger's signals ----------------------------------------------
+
+    def admitted(self, request: Request, key: str, reason: str) -> None:
+        """The scheduler lets *request* go out as the visit of page *key*."""
+        request.meta[PAGE_META] = key
+        request.meta[VISIT_META] = self.visits.new_token()
+        request.meta[REASON_META] = reason
 
     def reserve(self, request: Request, cost: float) -> None:
-        request.meta["costsched_reserved"] = request.meta.get("costsched_reserved", 0.0) + cost
-        self.reserved += cost
+        """Hold *cost* for *request*, and for its host's robots.txt when RobotsTxtMiddleware will fetch it first."""
+        self.ledger.reserve(request, cost)
+        if self._obey_robots and not request.meta.get("dont_obey_robotstxt"):
+            netloc = urlparse_cached(request).netloc
+            if netloc not in self._robots_hosts:
+                self._robots_hosts.add(netloc)
+                self.ledger.reserve(_robots_holder(netloc), self.billing.expected_cost(None))
+
+    def _request_reached_downloader(self, request: Request, spider: Spider) -> None:
+        token = request.meta.get(VISIT_META)
+        self._downloaded.add(id(request))
+        if token is None or request.meta.get(SUBREQUEST_META) or token in self._reached:
+            return
+        self._reached.add(token)  # the visit's first attempt: a visit, counted once whatever retries follow
+        self.stats.inc_value("costsched/visits")
+        self.stats.inc_value(f"costsched/visits/{request.meta.get(REASON_META, 'refresh')}")
 
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         self._statuses[id(request)] = response.status
 
     def _request_left_downloader(self, request: Request, spider: Spider) -> None:
         status = self._statuses.pop(id(request), None)
-        cost = self.billing.attempt_cost(status, 0)
-        self.reserved = max(self.reserved - request.meta.pop("costsched_reserved", 0.0), 0.0)
-        self.spent += cost
+        self._release_robots(request)
+        self.ledger.charge(request, self.billing.attempt_cost(status, 0))
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
-        key = request.meta.get("costsched_page")
-        if status is None and key is not None and key not in self.visits:
+        key = request.meta.get(PAGE_META)
+        if status is None and key is not None and not request.meta.get(SUBREQUEST_META) \
+                and not self.visits.visited(key):
             self._failed_attempts.add(key)
         self._update_spend_stats()
-        if self.store is not None:
-            self.store.set_meta(f"ledger:{self.period}", self.spent)
+
+    def settle(self, request: Request, response: Response | None = None) -> None:
+        """*request* is answered (*response*) or failed: settle what a download did not already.
+
+        A request no download handler took (robots.txt or offsite rules, the HTTP cache,
+        a middleware that answered it) costs nothing and releases its reservation; a
+        page's own request that was refused counts as a failed attempt, so the page
+        waits before it is planned again.
+        """
+        if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
+            self._downloaded.discard(id(request))
+            return
+        self.ledger.release(request)
+        self._release_robots(request)
+        if response is not None:
+            if "cached" in response.flags:
+                self.stats.inc_value("costsched/cached")
+            return
+        key = request.meta.get(PAGE_META)
+        if key is not None and not request.meta.get(SUBREQUEST_META):
+            self.stats.inc_value("costsched/ignored")
+            self._failed_attempts.add(key)
+
+    def _release_robots(self, request: Request) -> None:
+        if request.meta.get("dont_obey_robotstxt") and urlparse_cached(request).path == "/robots.txt":
+            self.ledger.release(_robots_holder(urlparse_cached(request).netloc))
 
     # -- visits and records ----------------------------------------------
 
     def open_visit(self, response: Response) -> Visit | None:
         """Start the visit *response* belongs to, or join it for a chained sub-request."""
-        key = response.meta.get("costsched_page")
+        key = response.meta.get(PAGE_META)
         if key is None or self.store is None:
             return None
-        page_request = self.fingerprint(response.request) == key or "redirect_urls" in response.meta  # type: ignore[arg-type]
-        if not page_request:
-            return self.visits.get(key)  # a chained sub-request, counted when the callback yielded it
-        if key in self._visited:  # the page fetched twice in one run (shadow mode, dont_filter): one visit counts
-            self.stats.inc_value("costsched/duplicate_fetch")
+        token = response.meta.get(VISIT_META)
+        if response.meta.get(SUBREQUEST_META):
+            return self.visits.get(token)
+        if "cached" in response.flags:  # the HTTP cache's copy says nothing about the page now
             return None
-        self._visited.add(key)
         page = self.page(key)
         if page is None:
             return None
+        visit = self.visits.start(key, token if isinstance(token, int) else self.visits.new_token(), self.now())
+        if visit is None:  # the page fetched twice in one run (shadow mode, dont_filter): one visit counts
+            self.stats.inc_value("costsched/duplicate_fetch")
+            return None
         self._failed_attempts.discard(key)
         if response.status in (404, 410):
-            page.gone = True
-            page.last_attempt = self.now()
-            self.stats.inc_value("costsched/gone")
-            self._save(key, page)
+            self.visits.abandon(visit)
+            self._gone(key, page, visit.time)
             return None
-        visit = Visit(page_key=key, time=self.now(), failed=response.status >= 400)
+        visit.failed = response.status >= 400
         if not visit.failed:
             self._read_dates(visit, response)
-        self.visits[key] = visit
         return visit
 
     def _read_dates(self, visit: Visit, response: Response) -> None:
@@ -397,56 +511,85 @@ class Tracker:
             visit.modified_age = max(served - visit.last_modified, 0.0)
 
     def add_outlink(self, visit: Visit, request: Request) -> None:
+        if request.url in visit.outlinks:
+            return
         visit.outlinks.add(request.url)
+        if self.page(self.fingerprint(request)) is None:
+            visit.new_links += 1
 
-    def add_subrequest(self, visit: Visit) -> None:
-        """A request the callback chained for the same page: the record waits for its output too."""
+    def add_subrequest(self, visit: Visit, request: Request) -> None:
+        """A request the callback chained for the same page: marked, and the record waits for its output."""
+        request.meta[SUBREQUEST_META] = True
+        request.meta[VISIT_META] = visit.token
         visit.pending_outputs += 1
 
-    def item_emitted(self, visit: Visit, item: Any) -> None:
-        visit.pending_items += 1
-        self._item_visits[id(item)] = (visit, item, False)
+    def item_emitted(self, visit: Visit, response: Response, item: Any) -> None:
+        self.visits.item_emitted(visit, response, item)
         raw = self._value_from(item, None) if callable(getattr(self.spider, "costsched_value", None)) else None
         if raw is not None:
             visit.values.append(raw)
 
-    def hash_item(self, item: Any) -> bool | None:
-        """Hash *item* into its page's record; ``True`` if the page's last record already had it.
+    def _hash(self, item: Any) -> str | None:
+        try:
+            return self.hasher.item_hash(item)
+        except UnhashableItem as exc:
+            logger.warning("costsched: %s; the item passes through but is left out of its page's record", exc)
+            self.stats.inc_value("costsched/items/unhashable")
+            return None
 
-        ``None`` when the item is not tied to a visit (no spider middleware) or the
-        page has no comparable previous record.
+    def is_unchanged(self, item: Any) -> bool:
+        """Whether *item*, as a pipeline holds it, was already in its page's last record.
+
+        ``False`` when the item cannot be tied to a visit (no spider middleware, or a
+        pipeline before this one returned a new object while other items were in
+        flight) or the page has no comparable previous record.
         """
-        entry = self._item_visits.get(id(item))
-        if entry is None:
+        visit = self.visits.pipeline_visit(item)
+        if visit is None:
             self.stats.inc_value("costsched/items/untracked")
-            return None
-        visit, _, hashed = entry
-        if hashed:
-            return None
-        self._item_visits[id(item)] = (visit, item, True)
-        item_hash = self.hasher.item_hash(item)
+            return False
+        page = self.page(visit.page_key)
+        if page is None or page.hash_config != self.hasher.config_id or page.record_kind != "items":
+            return False
+        item_hash = self._hash(item)
+        if item_hash is None:
+            return False
+        item_key = self.hasher.item_key_of(item)
+        if item_key is not None:
+            return page.item_keys.get(item_key) == item_hash
+        return item_hash in page.item_hashes
+
+    def item_dropped_unchanged(self, item: Any) -> None:
+        """ChangeDetectionPipeline drops *item*: it still belongs to its page's record."""
+        visit = self.visits.pipeline_visit(item)
+        if visit is not None:
+            self._add_to_record(visit, item)
+
+    def _add_to_record(self, visit: Visit, item: Any) -> None:
+        item_hash = self._hash(item)
+        if item_hash is None:
+            return
         visit.item_hashes.append(item_hash)
         visit.item_types.add(item_type_name(item))
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
             visit.item_keys[item_key] = item_hash
         page = self.page(visit.page_key)
-        if page is None or page.hash_config != self.hasher.config_id or page.record_kind != "items":
-            return None
-        unchanged = page.item_keys.get(item_key) == item_hash if item_key is not None else item_hash in page.item_hashes
-        self.stats.inc_value(f"costsched/items/{'unchanged' if unchanged else 'changed'}")
-        return unchanged
+        if page is not None and page.hash_config == self.hasher.config_id and page.record_kind == "items":
+            unchanged = page.item_keys.get(item_key) == item_hash if item_key is not None \
+                else item_hash in page.item_hashes
+            self.stats.inc_value(f"costsched/items/{'unchanged' if unchanged else 'changed'}")
 
-    def _item_scraped(self, item: Any, spider: Spider, **kwargs: Any) -> None:
-        if not self.pipeline_enabled:  # without ChangeDetectionPipeline, records are made of scraped items
-            self.hash_item(item)
-        self._item_discarded(item, spider)
+    def _item_scraped(self, item: Any, response: Response | None, spider: Spider) -> None:
+        """The item as it left the pipelines: that is what its page's record holds."""
+        visit = self.visits.item_finished(item, response)
+        if visit is not None:
+            self._add_to_record(visit, item)
+            self._maybe_close(visit)
 
-    def _item_discarded(self, item: Any, spider: Spider, **kwargs: Any) -> None:
-        entry = self._item_visits.pop(id(item), None)
-        if entry is not None:
-            visit = entry[0]
-            visit.pending_items -= 1
+    def _item_left(self, item: Any, response: Response | None, spider: Spider, **kwargs: Any) -> None:
+        visit = self.visits.item_finished(item, response)
+        if visit is not None:
             self._maybe_close(visit)
 
     def output_done(self, visit: Visit, failed: bool = False) -> None:
@@ -456,8 +599,7 @@ class Tracker:
         self._maybe_close(visit)
 
     def _maybe_close(self, visit: Visit) -> None:
-        if visit.pending_outputs <= 0 and visit.pending_items <= 0 and self.visits.get(visit.page_key) is visit:
-            del self.visits[visit.page_key]
+        if self.visits.close(visit):
             self._observe(visit)
 
     def _observe(self, visit: Visit) -> None:
@@ -472,96 +614,44 @@ class Tracker:
         if page.page_type == "default" and len(visit.item_types) == 1 and "dict" not in visit.item_types:
             page.page_type = next(iter(visit.item_types))
         if visit.failed:
-            page.failures += 1
-            self.stats.inc_value("costsched/failed")
-        elif not visit.item_hashes and page.record_kind == "items":
-            # Items used to come from this page and none did now: broken extraction or a
-            # vanished page, not a change.
-            logger.warning("costsched: %s yielded no items this time (it used to); not counted as a change",
-                           page.url)
-            self.stats.inc_value("costsched/extraction_empty")
+            self._failed(page, visit.time)
         else:
-            self._record(key, page, visit)
-        self._save(key, page)
+            page.consecutive_failures = page.gone_strikes = 0
+            page.gone, page.not_before = False, None
+            if not visit.item_hashes and page.record_kind == "items":
+                # Items used to come from this page and none did now: broken extraction or a
+                # vanished page, not a change.
+                logger.warning("costsched: %s yielded no items this time (it used to); not counted as a change",
+                               page.url)
+                self.stats.inc_value("costsched/extraction_empty")
+            else:
+                outcome = self.learner.record(page, visit)
+                self.stats.inc_value(f"costsched/{outcome}")
+                if outcome == "changed":
+                    self._update_spend_stats()
+        self.pages.changed(key, page)
         self._since_commit += 1
         if self._since_commit >= self.config.commit_every:
             self.commit()
 
-    def _record(self, key: str, page: PageState, visit: Visit) -> None:
-        kind = "items" if visit.item_hashes else "links"
-        record = record_hash(visit.item_hashes if visit.item_hashes else visit.outlinks)
-        if page.record is None:
-            outcome = "baseline"
-        elif page.hash_config != self.hasher.config_id or page.record_kind != kind:
-            outcome = "rebaseline"
+    def _failed(self, page: PageState, when: float) -> None:
+        """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row."""
+        page.failures += 1
+        page.consecutive_failures += 1
+        periods = min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS)
+        page.not_before = when + periods * self.config.budget_period
+        self.stats.inc_value("costsched/failed")
+
+    def _gone(self, key: str, page: PageState, when: float) -> None:
+        """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure."""
+        page.last_attempt = when
+        page.gone_strikes += 1
+        if page.gone_strikes >= GONE_AFTER:
+            page.gone = True
+            page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period
+            self.stats.inc_value("costsched/gone")
         else:
-            changed = record != page.record
-            interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
-            modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
-            observe(page.stats, interval_days, changed, self.config.history_half_life / DAY, modified_ago,
-                    resolution=1.0 / DAY)
-            page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
-            page.changes += changed
-            outcome = "changed" if changed else "unchanged"
-            self._observed_groups.add(page.group)
-        self.stats.inc_value(f"costsched/{outcome}")
-        if outcome == "changed":
-            self._update_spend_stats()
-        page.record, page.record_kind = record, kind
-        page.last_modified = visit.last_modified
-        page.item_hashes = sorted(visit.item_hashes)
-        page.item_keys = dict(visit.item_keys)
-        page.hash_config = self.hasher.config_id
-        page.last_visit = visit.time
-        page.visits += 1
-
-    def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
-        """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""
-        if visit.last_modified is None or visit.modified_age is None:
-            return None
-        trust = self.last_modified_trust.setdefault(page.host, LastModifiedTrust())
-        was_trusted = trust.trusted
-        verdict, age_days = audit_date(trust, page.last_modified, visit.last_modified, visit.modified_age / DAY,
-                                       changed, interval_days)
-        if verdict is not None:
-            self.stats.inc_value(f"costsched/last_modified/{verdict}")
-            if was_trusted and not trust.trusted:
-                logger.warning("costsched: %s's Last-Modified no longer dates changes (%s audit: %s)",
-                               page.host, verdict, page.url)
-        if age_days is not None:
-            self.stats.inc_value("costsched/last_modified/dated_changes")
-        return age_days
-
-    def commit(self) -> None:
-        """A safe point: everything observed so far survives a crash from here on."""
-        if self.store is None:
-            return
-        self._save_trust()
-        self.store.commit()
-        self._since_commit = 0
-        self.stats.inc_value("costsched/commits")
-        logger.debug("costsched: committed; %d observations in this run",
-                     sum(self.stats.get_value(f"costsched/{o}", 0)
-                         for o in ("baseline", "rebaseline", "changed", "unchanged")))
-
-    def _refit_priors(self) -> None:
-        """Refit each observed group's prior by marginal likelihood on a sample of its pages."""
-        assert self.store is not None
-        if not self._observed_groups:
-            return
-        members: dict[str, list[str]] = {group: [] for group in self._observed_groups}
-        for key, summary in self.store.iter_summaries():
-            if summary[5] in members:
-                members[summary[5]].append(key)
-        rng = random.Random(self.period)
-        for group, keys in members.items():
-            sample = keys if len(keys) <= PRIOR_SAMPLE else rng.sample(keys, PRIOR_SAMPLE)
-            pages = [(key, page) for key in sample if (page := self.page(key)) is not None and page.stats.visits > 0]
-            prior = refit_prior([page.stats for _, page in pages], start=self.prior_of(group))
-            if prior is None:
-                continue
-            self.priors[group] = prior
-            self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
-            for key, page in pages:
-                page.estimate = estimate_rate(page.stats, prior)
-                self._save(key, page)
+            periods = min(2 ** (page.gone_strikes - 1), MAX_BACKOFF_PERIODS)
+            page.not_before = when + periods * self.config.budget_period
+            self.stats.inc_value("costsched/not_found")
+        self.pages.changed(key, page)

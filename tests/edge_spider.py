@@ -14,7 +14,7 @@ class EdgeSpider(scrapy.Spider):
     name = "edge"
     custom_settings = {
         "ADDONS": {"scrapy_costsched.Addon": 0},
-        "ROBOTSTXT_OBEY": False,
+        "ROBOTSTXT_OBEY": True,
         "TELNETCONSOLE_ENABLED": False,
         "RETRY_TIMES": 2,
         "LOG_LEVEL": "INFO",

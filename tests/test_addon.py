@@ -9,7 +9,12 @@ from scrapy import Spider
 from scrapy.core.scheduler import Scheduler
 from scrapy.utils.test import get_crawler
 
-from scrapy_costsched import ChangeDetectionPipeline, CostAwareScheduler, CostSchedSpiderMiddleware
+from scrapy_costsched import (
+    ChangeDetectionPipeline,
+    ConditionalRequestMiddleware,
+    CostAwareScheduler,
+    CostSchedSpiderMiddleware,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,7 +32,8 @@ def test_addon_enables_every_component() -> None:
     assert settings["COSTSCHED_FALLBACK_SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
     assert settings["SCHEDULER_PRIORITY_QUEUE"] == "scrapy.pqueues.DownloaderAwarePriorityQueue"
     assert settings.getdict("SPIDER_MIDDLEWARES")[CostSchedSpiderMiddleware] == 45
-    assert settings.getdict("ITEM_PIPELINES")[ChangeDetectionPipeline] == 100
+    assert settings.getdict("ITEM_PIPELINES")[ChangeDetectionPipeline] == 800  # after startproject's 300
+    assert settings.getdict("DOWNLOADER_MIDDLEWARES")[ConditionalRequestMiddleware] == 800
 
 
 def test_addon_wraps_the_projects_own_scheduler() -> None:

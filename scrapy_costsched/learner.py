@@ -1,0 +1,132 @@
+"""Observations into estimates: each visit's outcome into its page's rate, and group priors refitted.
+
+The per-visit step is :func:`~.model.learning.observe` (the loop the simulator
+runs); the end-of-run refit of each group's prior reads the store directly, so
+it can run off the reactor thread once the crawl's pages are flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import TYPE_CHECKING
+
+from scrapy_costsched.model import RatePrior, estimate_rate
+from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
+from scrapy_costsched.model.trust import audit_date
+from scrapy_costsched.pages import PageState, Summary
+from scrapy_costsched.records import record_hash
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_costsched.hosts import HostBook
+    from scrapy_costsched.storage import StateStorage
+    from scrapy_costsched.visits import Visit
+
+logger = logging.getLogger(__name__)
+
+DAY = 86400.0
+
+
+class Learner:
+    """Group priors, and what each completed visit teaches about its page."""
+
+    def __init__(self, store: StateStorage, stats: StatsCollector, hosts: HostBook, history_half_life: float,
+                 hash_config: str) -> None:
+        self.store = store
+        self.stats = stats
+        self.hosts = hosts
+        self.half_life_days = history_half_life / DAY
+        self.hash_config = hash_config
+        self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
+        self.observed_groups: set[str] = set()
+
+    def prior_of(self, group: str) -> RatePrior:
+        return self.priors.get(group) or RatePrior()
+
+    def prior_rate(self, group: str) -> float:
+        """The rate planning assumes for a page with no estimate yet: its group prior's median."""
+        return math.exp(self.prior_of(group).mean_log)
+
+    def record(self, page: PageState, visit: Visit) -> str:
+        """Compare *visit*'s record with the page's last one and learn from it; returns the outcome."""
+        kind = "items" if visit.item_hashes else "links"
+        record = record_hash(visit.item_hashes if visit.item_hashes else visit.outlinks)
+        if page.record is None:
+            outcome = "baseline"
+        elif page.hash_config != self.hash_config or page.record_kind != kind:
+            outcome = "rebaseline"
+        else:
+            changed = record != page.record
+            interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
+            modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
+            observe(page.stats, interval_days, changed, self.half_life_days, modified_ago, resolution=1.0 / DAY)
+            page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
+            page.changes += changed
+            outcome = "changed" if changed else "unchanged"
+            self.observed_groups.add(page.group)
+        page.record, page.record_kind = record, kind
+        page.last_modified = visit.last_modified
+        page.item_hashes = sorted(visit.item_hashes)
+        page.item_keys = dict(visit.item_keys)
+        page.hash_config = self.hash_config
+        page.last_visit = visit.time
+        page.visits += 1
+        return outcome
+
+    def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
+        """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""
+        if visit.last_modified is None or visit.modified_age is None:
+            return None
+        trust = self.hosts.last_modified_trust(page.host)
+        was_trusted = trust.trusted
+        verdict, age_days = audit_date(trust, page.last_modified, visit.last_modified, visit.modified_age / DAY,
+                                       changed, interval_days)
+        if verdict is not None:
+            self.stats.inc_value(f"costsched/last_modified/{verdict}")
+            if was_trusted and not trust.trusted:
+                logger.warning("costsched: %s's Last-Modified no longer dates changes (%s audit: %s)",
+                               page.host, verdict, page.url)
+        if age_days is not None:
+            self.stats.inc_value("costsched/last_modified/dated_changes")
+        return age_days
+
+    def refit_priors(self, seed: int) -> int:
+        """Refit each observed group's prior by marginal likelihood on a sample of its pages.
+
+        Reads and writes the store only (the caller flushed its page cache), so it may
+        run in a worker thread. Returns the number of priors refitted.
+        """
+        if not self.observed_groups:
+            return 0
+        members: dict[str, list[str]] = {group: [] for group in self.observed_groups}
+        for key, row in self.store.iter_summaries():
+            group = Summary.from_row(row).group
+            if group in members:
+                members[group].append(key)
+        rng = random.Random(seed)
+        refitted = 0
+        for group, keys in members.items():
+            sample = keys if len(keys) <= PRIOR_SAMPLE else rng.sample(keys, PRIOR_SAMPLE)
+            pages = []
+            for key in sample:
+                data = self.store.get_page(key)
+                try:
+                    page = PageState.from_json(data)
+                except ValueError:
+                    continue  # counted when the crawl read it
+                if page.stats.visits > 0:
+                    pages.append((key, page))
+            prior = refit_prior([page.stats for _, page in pages], start=self.prior_of(group))
+            if prior is None:
+                continue
+            self.priors[group] = prior
+            refitted += 1
+            for key, page in pages:
+                page.estimate = estimate_rate(page.stats, prior)
+                self.store.put_page(key, page.to_json(), page.summary())
+        if refitted:
+            self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
+        return refitted

@@ -1,0 +1,140 @@
+"""What belongs to which visit.
+
+A visit is keyed by the request the scheduler sent for the page (meta
+``costsched_visit``), never by URLs: a redirect, a retry or a downloader
+middleware that rewrites the URL keeps the token, and a request the callback
+chains with the page's meta is marked as a sub-request
+(``costsched_subrequest``), so its response joins the visit instead of passing
+for the page's own. Items are tied to their visit by the response every item
+signal carries, so a pipeline that returns a new item object loses nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+
+#: Request meta keys the library sets: the page (fingerprint), the visit, and the sub-request mark.
+PAGE_META = "costsched_page"
+VISIT_META = "costsched_visit"
+SUBREQUEST_META = "costsched_subrequest"
+REASON_META = "costsched_reason"
+
+
+@dataclass
+class Visit:
+    """One fetch of a page, open from its response until its record is complete."""
+
+    page_key: str
+    token: int
+    time: float
+    pending_outputs: int = 1
+    pending_items: int = 0
+    item_hashes: list[str] = field(default_factory=list)
+    item_keys: dict[str, str] = field(default_factory=dict)
+    outlinks: set[str] = field(default_factory=set)
+    new_links: int = 0
+    """Outlinks to pages the crawl did not know before this visit (what a hub reveals)."""
+    values: list[str | float] = field(default_factory=list)
+    item_types: set[str] = field(default_factory=set)
+    failed: bool = False
+    last_modified: float | None = None
+    """The response's ``Last-Modified`` (epoch seconds), if it sent a readable one."""
+    modified_age: float | None = None
+    """Seconds from that date to the response's ``Date`` (the server's clock), at least 0."""
+
+    @property
+    def complete(self) -> bool:
+        return self.pending_outputs <= 0 and self.pending_items <= 0
+
+
+@dataclass
+class _ResponseItems:
+    """Items one response's callback produced that are still in the item pipelines."""
+
+    response: Response  # held so its id() is not reused while items are in flight
+    visit: Visit
+    items: list[Any] = field(default_factory=list)
+
+
+class VisitBook:
+    """Open visits by token, and the items in flight of each."""
+
+    def __init__(self) -> None:
+        self._tokens = itertools.count(1)
+        self._open: dict[int, Visit] = {}
+        self._opened_pages: set[str] = set()
+        self._responses: dict[int, _ResponseItems] = {}
+        self._items: dict[int, int] = {}  # id(item) -> id(response), for the objects the spider yielded
+
+    def new_token(self) -> int:
+        return next(self._tokens)
+
+    def start(self, key: str, token: int, time: float) -> Visit | None:
+        """Open the visit of page *key*; ``None`` if the page was already visited in this run."""
+        if key in self._opened_pages:
+            return None
+        self._opened_pages.add(key)
+        visit = Visit(page_key=key, token=token, time=time)
+        self._open[token] = visit
+        return visit
+
+    def visited(self, key: str) -> bool:
+        return key in self._opened_pages
+
+    def get(self, token: Any) -> Visit | None:
+        return self._open.get(token) if isinstance(token, int) else None
+
+    def close(self, visit: Visit) -> bool:
+        """Close *visit* if it is complete and still open; ``True`` if it closed now."""
+        if visit.complete and self._open.get(visit.token) is visit:
+            del self._open[visit.token]
+            return True
+        return False
+
+    def abandon(self, visit: Visit) -> None:
+        """*visit* ends without a record (its page answered 404 or 410); the page stays visited."""
+        self._open.pop(visit.token, None)
+
+    def abandon_all(self) -> list[Visit]:
+        """The run ends: visits still waiting for a sub-request or an item are incomplete."""
+        visits = list(self._open.values())
+        self._open.clear()
+        self._responses.clear()
+        self._items.clear()
+        return visits
+
+    # -- items --------------------------------------------------------------
+
+    def item_emitted(self, visit: Visit, response: Response, item: Any) -> None:
+        visit.pending_items += 1
+        entry = self._responses.get(id(response))
+        if entry is None:
+            entry = self._responses[id(response)] = _ResponseItems(response, visit)
+        entry.items.append(item)
+        self._items[id(item)] = id(response)
+
+    def pipeline_visit(self, item: Any) -> Visit | None:
+        """The visit of an item a pipeline holds: the object the spider yielded, or the only item in flight."""
+        response_id = self._items.get(id(item))
+        if response_id is None and len(self._items) == 1:
+            response_id = next(iter(self._items.values()))
+        entry = self._responses.get(response_id) if response_id is not None else None
+        return entry.visit if entry is not None else None
+
+    def item_finished(self, item: Any, response: Response | None) -> Visit | None:
+        """An item left the pipelines (scraped, dropped or failed); its visit, if it had one."""
+        entry = self._responses.get(id(response)) if response is not None else None
+        if entry is None or not entry.items:
+            return None
+        # The object that finished may be a pipeline's new one: then the oldest of the response's items.
+        position = next((i for i, held in enumerate(entry.items) if held is item), 0)
+        self._items.pop(id(entry.items.pop(position)), None)
+        if not entry.items:
+            del self._responses[id(response)]
+        entry.visit.pending_items -= 1
+        return entry.visit
