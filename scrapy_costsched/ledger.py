@@ -96,8 +96,8 @@ class Ledger:
             self.store.set_meta(self._key, self._granted)
 
     def release_all(self) -> int:
-        """The run is over: requests still queued never went out."""
-        count = len(self._reservations)
+        """The run is over: requests still queued never went out; returns how many."""
+        count = sum(request is not None for request, _ in self._reservations.values())
         self._reservations.clear()
         self.reserved = 0.0
         return count

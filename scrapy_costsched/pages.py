@@ -169,7 +169,6 @@ def request_from_template(template: dict[str, Any], spider: Spider) -> Request:
         "priority": template["priority"],
         "headers": {k: [v.encode("latin-1") for v in vs] for k, vs in template["headers"].items()},
         "body": template["body"].encode("latin-1"),
-        "dont_filter": True,
     }
     if template.get("cls"):
         data["_class"] = template["cls"]

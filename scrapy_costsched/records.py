@@ -74,3 +74,7 @@ class RecordHasher:
 def record_hash(parts: Iterable[str]) -> str:
     """Hash of a sorted multiset of item hashes (or a sorted set of outlinks)."""
     return xxhash.xxh3_64_hexdigest("\n".join(sorted(parts)).encode())
+
+
+class UnhashableItem(ValueError):
+    """An item holds a value with no stable canonical form; the message names the item type and field."""

@@ -183,12 +183,12 @@ class Tracker:
     def _spider_closed(self, spider: Spider, reason: str) -> Deferred[None] | None:
         return self.close(reason)
 
-    def close(self, reason: str, in_thread: bool = True) -> Deferred[None] | None:
+    def close(self, reason: str) -> Deferred[None] | None:
         """Record what the run left open, store the ledger and summary, refit priors, close the store.
 
         Called by the scheduler's ``close()`` and by ``spider_closed``, whichever comes
-        first; the second call does nothing. The refit runs in a worker thread unless
-        *in_thread* is false (no reactor running).
+        first; the second call does nothing. The refit runs in a worker thread when a
+        reactor is running, else (components driven by hand) before returning.
         """
         if self._closing is not None or self.store is None:
             return None
@@ -205,7 +205,9 @@ class Tracker:
         self.ledger.close()
         self.pages.flush()
         self._summarise(reason)
-        if not in_thread:
+        from twisted.internet import reactor  # here: importing it installs one, and Scrapy picks which
+
+        if not reactor.running:
             self._finish()
             return None
         # Refitting reads every page of the observed groups: off the reactor thread.

@@ -57,7 +57,7 @@ def crawl_command(site: DemoSite, workdir: Path, *, budget: float | None = None,
     cmd = [sys.executable, "-m", "scrapy", "crawl", "shop", "-a", f"site={site.url}",
            "-a", f"categories={site.catalog.categories}",
            "-s", f"COSTSCHED_STATE={state or workdir / 'state.sqlite'}",
-           "-s", f"DEMO_STATS_FILE={stats_file}", "-s", "ROBOTSTXT_OBEY=False", "-O", f"{items_file}:jsonlines"]
+           "-s", f"DEMO_STATS_FILE={stats_file}", "-O", f"{items_file}:jsonlines"]
     if budget is not None:
         cmd += ["-s", f"COSTSCHED_BUDGET={budget}"]
     for name, value in (settings or {}).items():

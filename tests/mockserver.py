@@ -9,11 +9,14 @@ from typing import Any
 
 class EdgeSite:
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
-    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404). Loopback only. *page_headers* go out with
-    every ``/page`` and ``/flaky`` answer."""
+    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
+    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows) and
+    ``/api?url=PATH`` (PATH's answer, as a scraping API relays it). Loopback only. *page_headers* go
+    out with every ``/page`` and ``/flaky`` answer."""
 
     def __init__(self) -> None:
         self.version = 0
+        self.missing = False
         self.page_headers: dict[str, str] = {}
         self.hits: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -24,12 +27,17 @@ class EdgeSite:
                 with site._lock:
                     site.hits[self.path] = site.hits.get(self.path, 0) + 1
                     hits = site.hits[self.path]
-                kind, _, number = self.path.strip("/").partition("/")
-                if kind == "redirect":
+                path = self.path.removeprefix("/api?url=")
+                kind, _, number = path.strip("/").partition("/")
+                if kind == "robots.txt":
+                    self._send(200, b"User-agent: *\nDisallow: /private/\n", {"Content-Type": "text/plain"})
+                elif kind == "error" or (kind == "sometimes" and site.missing):
+                    self._send(500 if kind == "error" else 404, b"no")
+                elif kind == "redirect":
                     self._send(301, b"", {"Location": f"/page/{number}"})
                 elif kind == "flaky" and hits == 1:
                     self._send(503, b"busy")
-                elif kind in ("page", "flaky"):
+                elif kind in ("page", "flaky", "sometimes", "private"):
                     body = f"<html><h1>{kind} {number} v{site.version}</h1></html>".encode()
                     self._send(200, body, {"Content-Type": "text/html", **site.page_headers})
                 else:

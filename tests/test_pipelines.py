@@ -83,7 +83,7 @@ class Run:
         return self.tracker.page(self.tracker.fingerprint(Request(url)))
 
     def close(self) -> None:
-        self.tracker.close("finished", in_thread=False)  # no reactor here to run the refit in a thread
+        self.crawler.signals.send_catch_log(signals.spider_closed, spider=self.crawler.spider, reason="finished")
 
 
 @pytest.fixture

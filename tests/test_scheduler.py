@@ -10,7 +10,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from scrapy import Request, Spider
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.test import get_crawler
 
+from scrapy_costsched import CostAwareScheduler
+from scrapy_costsched.storage import SqliteDictStorage
 from tests.helpers import ROOT, read_state
 from tests.mockserver import EdgeSite
 
@@ -130,3 +135,40 @@ def test_unreadable_stored_audits_restart_that_hosts_audits_only(edge_site: Edge
     assert stats["costsched/storage/unreadable_trust"] == 1
     assert stats["costsched/unchanged"] == 4  # nothing recorded is lost
     assert read_state(state)["meta"]["last_modified_trust"] == {"127.0.0.1": [4, 0, 0], "other.example": [5, 0, 0]}
+
+
+class ListScheduler(BaseScheduler):
+    """The smallest scheduler, for driving CostAwareScheduler without an engine."""
+
+    def __init__(self) -> None:
+        self.queue: list[Request] = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> ListScheduler:
+        return cls()
+
+    def has_pending_requests(self) -> bool:
+        return bool(self.queue)
+
+    def enqueue_request(self, request: Request) -> bool:
+        self.queue.append(request)
+        return True
+
+    def next_request(self) -> Request | None:
+        return self.queue.pop(0) if self.queue else None
+
+
+def test_scheduler_close_releases_the_state_it_opened(tmp_path: Path) -> None:
+    """Outside the full engine (no spider_closed signal), close() still releases the store and its lock."""
+    state = tmp_path / "state.sqlite"
+    crawler = get_crawler(Spider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                   "COSTSCHED_FALLBACK_SCHEDULER": "tests.test_scheduler.ListScheduler"})
+    crawler.spider = crawler._create_spider("plain")
+    scheduler = CostAwareScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    other = SqliteDictStorage(state)
+    with pytest.raises(Exception, match="in use by another process"):
+        other.open()
+    scheduler.close("finished")
+    other.open()  # the lock is free again
+    other.close()

@@ -1,0 +1,83 @@
+"""A user's spider for ``scrapy runspider``, with the set-ups real projects have (issue 8's regressions).
+
+``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes ``/page/6`` chain a sub-request
+(with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
+``-a callbacks=lambda`` parses with a lambda. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
+enabled with ``-s`` like any project's components.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import scrapy
+from scrapy import signals
+
+
+class SetupsSpider(scrapy.Spider):
+    name = "setups"
+    custom_settings = {
+        "ADDONS": {"scrapy_costsched.Addon": 0},
+        "ROBOTSTXT_OBEY": True,
+        "TELNETCONSOLE_ENABLED": False,
+        "RETRY_TIMES": 2,
+        "LOG_LEVEL": "INFO",
+        "COSTSCHED_CLOCK": "demo_site.clock.now",
+    }
+
+    def __init__(self, site: str = "", stats_file: str = "", paths: str = "", chain: str = "", allowed: str = "",
+                 callbacks: str = "methods", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.site = site
+        self.stats_file = stats_file
+        self.paths = [path for path in paths.split(",") if path]
+        self.chain = bool(chain)
+        if allowed:
+            self.allowed_domains = allowed.split(",")
+        self.lambdas = callbacks == "lambda"
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> SetupsSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.dump_stats, signal=signals.spider_closed)
+        return spider
+
+    def dump_stats(self) -> None:
+        stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
+        with open(self.stats_file, "w") as f:
+            json.dump(stats, f)
+
+    async def start(self) -> Any:
+        for path in self.paths:
+            callback = (lambda response: self.parse_page(response)) if self.lambdas else self.parse_page
+            yield scrapy.Request(path if "://" in path else self.site + path, callback=callback)
+
+    def parse_page(self, response: Any) -> Any:
+        title = response.css("h1::text").get()
+        if self.chain and response.url.endswith("/page/6"):
+            yield response.follow("/redirect/7", callback=self.parse_second_half, meta=response.meta,
+                                  cb_kwargs={"first": title})
+            return
+        yield {"url": response.url, "title": title}
+
+    def parse_second_half(self, response: Any, first: str) -> Any:
+        yield {"url": response.url, "title": f"{first} + {response.css('h1::text').get()}"}
+
+
+class NewObjectPipeline:
+    """A cleaning pipeline as many projects write one: it returns a new item object."""
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        return {key: value.strip() if isinstance(value, str) else value for key, value in item.items()}
+
+
+class ApiRewriteMiddleware:
+    """As scraping-API plugins do: every request is sent to the API with the target URL in its query."""
+
+    def process_request(self, request: Any, spider: Any = None) -> Any:
+        if "/api?url=" in request.url or request.url.endswith("/robots.txt"):
+            return None
+        scheme, _, rest = request.url.partition("://")
+        host, _, path = rest.partition("/")
+        return request.replace(url=f"{scheme}://{host}/api?url=/{path}")

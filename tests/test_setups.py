@@ -1,0 +1,165 @@
+"""The Scrapy set-ups real projects run (issue 8): real ``scrapy runspider`` crawls over simulated days.
+
+Each test crawls the loopback :class:`~tests.mockserver.EdgeSite` with ``tests/setups_spider.py``
+and the settings a user leaves on (``ROBOTSTXT_OBEY``, retries, redirects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.helpers import PROJECT, ROOT, DemoSite, read_state
+from tests.mockserver import EdgeSite
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@dataclass
+class Run:
+    stats: dict[str, Any]
+    log: str
+    hits: dict[str, int]
+    """Requests the site received during this run, by path."""
+
+
+class Crawls:
+    """Runs of the setups spider on one state, one simulated day after another."""
+
+    def __init__(self, site: EdgeSite, tmp: Path) -> None:
+        self.site = site
+        self.tmp = tmp
+        self.clock = tmp / "clock"
+        self.day = 0.0
+
+    def run(self, *settings: str, day: float | None = None, **spider_args: str) -> Run:
+        self.day = self.day + 1 if day is None else day
+        DemoSite(None, "", self.clock).set_time(DemoSite.day(self.day))  # type: ignore[arg-type]
+        stats_file = self.tmp / "stats.json"
+        stats_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "tests" / "setups_spider.py"),
+               "-a", f"site={self.site.url}", "-a", f"stats_file={stats_file}",
+               "-s", f"COSTSCHED_STATE={self.tmp / 'state.sqlite'}", "-o", f"{self.tmp / 'items.jsonl'}:jsonlines"]
+        for name, value in spider_args.items():
+            cmd += ["-a", f"{name}={value}"]
+        for setting in settings:
+            cmd += ["-s", setting]
+        env = dict(os.environ, DEMO_CLOCK_FILE=str(self.clock), PYTHONPATH=os.pathsep.join([str(ROOT), str(PROJECT)]))
+        before = dict(self.site.hits)
+        proc = subprocess.run(cmd, cwd=self.tmp, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stats: dict[str, Any] = json.loads(stats_file.read_text())
+        hits = {path: n - before.get(path, 0) for path, n in self.site.hits.items() if n > before.get(path, 0)}
+        return Run(stats, proc.stderr, hits)
+
+    def page(self, path: str) -> dict[str, Any]:
+        pages = read_state(self.tmp / "state.sqlite")["pages"]
+        return next(page for page in pages.values() if page["url"] == self.site.url + path)
+
+
+@pytest.fixture
+def crawls(tmp_path: Path) -> Iterator[Crawls]:
+    site = EdgeSite()
+    yield Crawls(site, tmp_path)
+    site.close()
+
+
+def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
+    first = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2")
+    assert first.stats["robotstxt/forbidden"] == 1
+    assert first.stats["costsched/ignored"] == 1
+    assert "/private/2" not in first.hits
+    assert first.stats["costsched/spent"] == first.stats["downloader/request_count"] == 2  # robots.txt, page/1
+    assert "costsched/unsent_at_close" not in first.stats  # no reservation was left behind
+    assert crawls.page("/private/2")["not_before"] is not None
+    later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=1.5)  # same budget period
+    assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
+
+
+def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
+    cache = ["HTTPCACHE_ENABLED=True", f"HTTPCACHE_DIR={crawls.tmp / 'cache'}"]
+    crawls.run("COSTSCHED_BUDGET=10", *cache, paths="/page/1,/page/2")
+    second = crawls.run("COSTSCHED_BUDGET=10", *cache, paths="/page/1,/page/2")
+    assert second.hits == {}  # every answer came from the cache
+    assert second.stats["costsched/cached"] == 3  # robots.txt and the two pages
+    assert second.stats.get("costsched/spent", 0) == 0
+    assert "costsched/visits" not in second.stats
+    assert "costsched/unsent_at_close" not in second.stats
+    assert crawls.page("/page/1")["visits"] == 1  # the cached copy says nothing about the page now
+
+
+def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> None:
+    pipeline = 'ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}'
+    first = crawls.run("COSTSCHED_BUDGET=10", pipeline, paths="/page/1,/page/2")
+    assert first.stats["costsched/baseline"] == 2
+    second = crawls.run("COSTSCHED_BUDGET=10", pipeline, paths="/page/1,/page/2")
+    assert second.stats["costsched/unchanged"] == 2
+    assert crawls.page("/page/1")["visits"] == 2
+    assert crawls.page("/page/1")["failures"] == 0
+
+
+def test_drop_unchanged_works_behind_a_pipeline_returning_new_items(crawls: Crawls) -> None:
+    settings = ('ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}', "COSTSCHED_DROP_UNCHANGED=True",
+                "COSTSCHED_BUDGET=10", "CONCURRENT_ITEMS=1")
+    crawls.run(*settings, paths="/page/1")
+    second = crawls.run(*settings, paths="/page/1")
+    assert second.stats["item_dropped_count"] == 1
+    assert second.stats["costsched/unchanged"] == 1
+    assert "WARNING" not in second.log.split("costsched: run finished")[0].split("Spider opened")[-1]
+
+
+def test_a_middleware_that_rewrites_urls_keeps_visits(crawls: Crawls) -> None:
+    api = 'DOWNLOADER_MIDDLEWARES={"tests.setups_spider.ApiRewriteMiddleware": 600}'
+    first = crawls.run("COSTSCHED_BUDGET=10", api, paths="/page/1,/page/2")
+    assert first.hits.get("/api?url=/page/1") == 1
+    assert first.stats["costsched/baseline"] == 2
+    assert "costsched/duplicate_fetch" not in first.stats
+    assert crawls.page("/page/1")["visits"] == 1
+
+
+def test_a_redirected_sub_request_joins_its_pages_visit(crawls: Crawls) -> None:
+    first = crawls.run("COSTSCHED_BUDGET=10", paths="/page/6", chain="1")
+    assert first.hits.get("/redirect/7") == 1
+    assert "costsched/duplicate_fetch" not in first.stats
+    page = crawls.page("/page/6")
+    assert page["failures"] == 0
+    assert page["record_kind"] == "items"
+    assert page["visits"] == 1
+
+
+def test_narrowed_allowed_domains_stop_reissued_pages(crawls: Crawls) -> None:
+    crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/page/2")
+    narrowed = crawls.run("COSTSCHED_BUDGET=10", allowed="example.com")  # the spider yields nothing itself
+    assert "/page/1" not in narrowed.hits
+    assert "/page/2" not in narrowed.hits
+    assert narrowed.stats["offsite/filtered"] == 2
+    assert "costsched/unsent_at_close" not in narrowed.stats
+
+
+def test_failures_back_off_whatever_the_billing(crawls: Crawls) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{probe.getsockname()[1]}/down"
+    paths = f"/error/1,/sometimes/2,{refused}"
+    settings = ("COSTSCHED_BUDGET=50", "COSTSCHED_BILLING=credits")
+    crawls.site.missing = True
+    days = [crawls.run(*settings, paths=paths)]
+    crawls.site.missing = False
+    days += [crawls.run(*settings, paths=paths) for _ in range(3)]
+    errors = [day.hits.get("/error/1", 0) for day in days]
+    refusals = [day.stats.get("downloader/exception_count", 0) for day in days]
+    # One visit (three attempts) on day 1, again after one period, then a wait of two periods.
+    assert errors == [3, 3, 0, 3], errors
+    assert refusals == [6, 6, 0, 6], refusals  # the page's three attempts and its host's robots.txt's
+    sometimes = crawls.page("/sometimes/2")
+    assert not sometimes["gone"]  # one 404 does not retire a page that answers the next day
+    assert sometimes["visits"] == 3
