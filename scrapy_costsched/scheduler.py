@@ -178,9 +178,11 @@ class CostAwareScheduler(BaseScheduler):
         now = self.tracker.now()
         self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective, cycle=self.cycle)]
         reserve = max(remaining, 0.0) * self.config.reserve_discovery
-        planned = affordable_prefix(((0.0, c) for c in self._ranking), remaining - reserve)
+        planned = affordable_prefix(((0.0, self._budgeted(c)) for c in self._ranking), remaining - reserve)
         self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
+        if self.tracker.yield_only:
+            self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run).
         self._discovery_allowance = max(remaining - planned_cost, 0.0)
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking))
@@ -190,6 +192,11 @@ class CostAwareScheduler(BaseScheduler):
         logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
                     "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
                     len(self._ranking), self._discovery_allowance)
+
+    def _budgeted(self, candidate: Candidate) -> Candidate:
+        """A page only the spider can yield (no stored template) is planned, but costs the plan
+        nothing until the spider yields it: its budget goes to the next pages meanwhile."""
+        return candidate._replace(cost=0.0) if candidate.key in self.tracker.yield_only else candidate
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Close the wrapped scheduler, then release what ``open()`` took: the state store and its lock."""
@@ -350,8 +357,7 @@ class CostAwareScheduler(BaseScheduler):
 
     def _reissue(self, key: str) -> Request | None:
         """A planned page's request from its template; ``None`` when only the spider can yield it."""
-        if not self.tracker.reissuable(key):
-            self.stats.inc_value("costsched/plan/yield_only")
+        if key in self.tracker.yield_only:
             return None
         request = self.tracker.request_for(key)
         if request is None:
@@ -363,7 +369,7 @@ class CostAwareScheduler(BaseScheduler):
         budget = self.tracker.ledger.remaining()
         end = self._cursor
         while end < len(self._ranking):
-            candidate = self._ranking[end]
+            candidate = self._budgeted(self._ranking[end])
             if candidate.key not in self._dispatched:
                 if candidate.cost > budget:
                     break

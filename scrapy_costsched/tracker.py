@@ -84,6 +84,7 @@ class Tracker:
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
         self._unstorable: set[str] = set()
+        self.yield_only: set[str] = set()
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
@@ -387,22 +388,21 @@ class Tracker:
         """Every known, live page that may be visited now, as planning sees it.
 
         Pages waiting out a failure backoff are left out; a retired page comes back
-        for its rare re-check.
+        for its rare re-check. Pages without a stored template (their callback is not
+        a spider method) are noted in :attr:`yield_only`: only the spider can yield them.
         """
         result = []
         for key, row in self.pages.summaries():
             if row.not_before is not None and row.not_before > now:
                 continue
+            if not row.has_template:
+                self.yield_only.add(key)
             rate = row.rate if row.rate is not None else self.prior_rate(row.group)
             elapsed = math.inf if row.last_visit is None else max(now - row.last_visit, 0.0) / DAY
             cost = row.cost if row.cost is not None else self.billing.expected_cost(None)
             result.append(Candidate(key, self.resolve_value(row.value), rate, elapsed, cost, None,
                                     row.rate_low, row.rate_high))
         return result
-
-    def reissuable(self, key: str) -> bool:
-        page = self.page(key)
-        return page is not None and page.template is not None
 
     # -- the ledger's signals ----------------------------------------------
 
