@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from scrapy_costsched.downloadermiddleware import ConditionalRequestMiddleware
+from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.pipelines import ChangeDetectionPipeline
 from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "scrapy_costsched.CostAwareScheduler"
 _ADDON_PRIORITY = SETTINGS_PRIORITIES["addon"]
@@ -28,10 +32,18 @@ class Addon:
     cleaning pipelines ``startproject`` suggests at 300, before the pipelines that
     should receive only changes when ``COSTSCHED_DROP_UNCHANGED`` is on.
     Everything is set at ``addon`` priority, so project settings win.
+
+    Under ``scrapy fetch``, ``parse``, ``shell`` and Scrapy's other commands that
+    are not crawls it sets nothing: a debugging session must neither spend the
+    period's budget nor write the state.
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
         if not settings.getbool("COSTSCHED_ENABLED", True):
+            return
+        command = debug_command()
+        if command is not None:
+            logger.info("costsched: off for `scrapy %s` (only crawl and runspider use the budget)", command)
             return
         previous = settings.get("SCHEDULER")
         if previous != SCHEDULER:

@@ -1,0 +1,114 @@
+"""Only crawls spend the budget: Scrapy's debugging commands run as plain Scrapy in a project with the add-on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.mockserver import EdgeSite
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SETTINGS = """
+BOT_NAME = "shopproj"
+SPIDER_MODULES = ["tests.command_spider"]
+COMMANDS_MODULE = "shopproj.commands"
+ADDONS = {{"scrapy_costsched.Addon": 0}}
+COSTSCHED_BUDGET = 5
+COSTSCHED_STATE = {state!r}
+ROBOTSTXT_OBEY = True
+TELNETCONSOLE_ENABLED = False
+SITE = {site!r}
+"""
+
+#: A project's own command that runs every spider, as ``crawl`` does: it may spend the budget.
+CRAWLALL = """
+from scrapy.commands import ScrapyCommand
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+
+    def short_desc(self):
+        return "Run every spider"
+
+    def run(self, args, opts):
+        for name in self.crawler_process.spider_loader.list():
+            self.crawler_process.crawl(name)
+        self.crawler_process.start()
+"""
+
+
+@pytest.fixture
+def edge_site() -> Iterator[EdgeSite]:
+    site = EdgeSite()
+    yield site
+    site.close()
+
+
+@pytest.fixture
+def project(tmp_path: Path, edge_site: EdgeSite) -> Path:
+    """A project as ``startproject`` makes one, with the add-on, a budget and its state in ``state/``."""
+    root = tmp_path / "project"
+    (root / "shopproj" / "commands").mkdir(parents=True)
+    (tmp_path / "state").mkdir()
+    (root / "scrapy.cfg").write_text("[settings]\ndefault = shopproj.settings\n")
+    (root / "shopproj" / "__init__.py").write_text("")
+    (root / "shopproj" / "settings.py").write_text(SETTINGS.format(state=str(tmp_path / "state" / "state.sqlite"),
+                                                                   site=edge_site.url))
+    (root / "shopproj" / "commands" / "__init__.py").write_text("")
+    (root / "shopproj" / "commands" / "crawlall.py").write_text(CRAWLALL)
+    return root
+
+
+def scrapy(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SCRAPY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "scrapy", *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def state_files(project: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of the state directory (the database, its journal, its lock) with its content and mtime."""
+    return {path.name: (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted((project.parent / "state").iterdir())}
+
+
+@pytest.mark.parametrize(("command", "shows", "control"), [
+    ("fetch", "page 1 v0", ("crawl", "shop")),
+    ("parse", "page 1 v0", ("runspider", str(ROOT / "tests" / "command_spider.py"))),
+    ("shell", "200", ("crawlall",)),
+])
+def test_debug_commands_neither_spend_nor_record(project: Path, edge_site: EdgeSite, command: str, shows: str,
+                                                 control: tuple[str, ...]) -> None:
+    url = f"{edge_site.url}/page/1"
+    args = {"fetch": ("fetch", url), "parse": ("parse", "--spider", "shop", url),
+            "shell": ("shell", url, "-c", "response.status")}[command]
+    own_requests = {"/robots.txt": 1, "/page/1": 1}
+
+    first = scrapy(project, *args)
+    assert shows in first.stdout
+    assert f"costsched: off for `scrapy {command}` (only crawl and runspider use the budget)" in first.stderr
+    assert state_files(project) == {}
+    assert edge_site.hits == own_requests
+
+    # The control: a crawl in the same project engages the scheduler and writes the state.
+    scrapy(project, *control)
+    assert "state.sqlite" in state_files(project)
+    assert edge_site.hits == {"/robots.txt": 2, "/page/1": 2, "/page/2": 1, "/page/3": 1}
+
+    # With known pages and budget left, the command still asks only for its own URL.
+    before, hits_before = state_files(project), dict(edge_site.hits)
+    scrapy(project, *args)
+    assert state_files(project) == before
+    assert {path: edge_site.hits[path] - hits_before.get(path, 0) for path in edge_site.hits
+            if edge_site.hits[path] != hits_before.get(path, 0)} == own_requests
