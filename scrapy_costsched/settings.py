@@ -72,6 +72,14 @@ def _invalid(name: str, value: Any, accepted: str) -> SettingError:
     return SettingError(f"{name} ({value!r}) is invalid: it must be {accepted}.")
 
 
+def get_bool(settings: BaseSettings, name: str) -> bool:
+    """A boolean setting, read as Scrapy's ``getbool`` reads it, but refused with the setting's name."""
+    try:
+        return settings.getbool(name, DEFAULTS[name])
+    except (TypeError, ValueError):
+        raise _invalid(name, settings.get(name), "True or False (also 'true'/'false', 1/0 or '1'/'0')") from None
+
+
 def parse_duration(name: str, value: Any) -> float:
     """Seconds in *value*: a positive number of seconds or a string such as ``"1d"``, ``"12h"``."""
     accepted = 'a positive number of seconds or a string like "30m", "12h", "1d", "1w"'
@@ -288,14 +296,14 @@ class Config:
                 "use a file path or sqlite:///path."
             )
         return cls(
-            enabled=settings.getbool("COSTSCHED_ENABLED", DEFAULTS["COSTSCHED_ENABLED"]),
+            enabled=get_bool(settings, "COSTSCHED_ENABLED"),
             billing=billing,
             budget=budget,
             budget_period=parse_duration("COSTSCHED_BUDGET_PERIOD", get("COSTSCHED_BUDGET_PERIOD")),
             clock=_clock(get("COSTSCHED_CLOCK")),
             commit_every=commit_every,
             default_value=default_value,
-            drop_unchanged=settings.getbool("COSTSCHED_DROP_UNCHANGED", DEFAULTS["COSTSCHED_DROP_UNCHANGED"]),
+            drop_unchanged=get_bool(settings, "COSTSCHED_DROP_UNCHANGED"),
             fallback_scheduler=str(get("COSTSCHED_FALLBACK_SCHEDULER")),
             hash_fields=_fields_per_type("COSTSCHED_HASH_FIELDS", get("COSTSCHED_HASH_FIELDS")),
             history_half_life=parse_duration("COSTSCHED_HISTORY_HALF_LIFE", get("COSTSCHED_HISTORY_HALF_LIFE")),

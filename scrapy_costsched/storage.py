@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import sqlite3
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 SCHEMA_FORMAT = "scrapy-costsched"
 TABLE = "costsched"
+
+logger = logging.getLogger(__name__)
 
 
 class StateError(RuntimeError):
@@ -81,7 +84,11 @@ class SqliteDictStorage:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
         try:
-            fresh = not self.path.exists() or self.path.stat().st_size == 0
+            exists = self.path.exists()
+            fresh = not exists or self.path.stat().st_size == 0
+            if exists and fresh:
+                # A crash between creating the file and its first commit, or a touch: nothing to lose.
+                logger.warning("The costsched state %r is empty, initialised as a new state.", str(self.path))
             if not fresh:
                 self._check_existing()
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,
@@ -106,32 +113,74 @@ class SqliteDictStorage:
         self._lock = lock
 
     def _check_existing(self) -> None:
-        """Read the file without writing to it, and refuse anything that is not ours."""
+        """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it.
+
+        The file is read through a read-only connection, so a refused file is left as it was.
+        A read-only connection cannot roll back a hot journal, the one a writer killed
+        mid-transaction leaves, and would call the file unreadable: then the journal is rolled
+        back first, as any SQLite connection would, which restores the last committed state.
+        """
         where = f"The costsched state {str(self.path)!r}"
+        kept = "it was left untouched"
         try:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
             try:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                row = None
-                if TABLE in tables:
-                    row = conn.execute(f'SELECT value FROM "{TABLE}" WHERE key = ?', ("meta:schema",)).fetchone()
-            finally:
-                conn.close()
+                row, damage = self._inspect()
+            except sqlite3.OperationalError:
+                if not self._roll_back_journal():
+                    raise
+                kept = "only the transaction its last writer left unfinished was rolled back"
+                row, damage = self._inspect()
         except sqlite3.DatabaseError as exc:
-            raise StateError(f"{where} is not a readable SQLite file ({exc}); it was left untouched. "
+            raise StateError(f"{where} is not a readable SQLite file ({exc}); {kept}. "
                              "Point COSTSCHED_STATE at another path or move the file away.") from None
         try:
-            schema = json.loads(row[0]) if row else None
+            schema = json.loads(row) if row else None
         except (TypeError, ValueError):
             schema = None
         if not isinstance(schema, dict) or schema.get("format") != SCHEMA_FORMAT:
-            raise StateError(f"{where} was not written by scrapy-costsched; it was left untouched. "
+            raise StateError(f"{where} was not written by scrapy-costsched; {kept}. "
                              "Point COSTSCHED_STATE at another path.")
         version = schema.get("version")
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise StateError(f"{where} has schema version {version!r}, newer than this scrapy-costsched "
-                             f"understands ({SCHEMA_VERSION}); it was left untouched. Most likely it was written "
+                             f"understands ({SCHEMA_VERSION}); {kept}. Most likely it was written "
                              "by a newer release: upgrade scrapy-costsched to continue this crawl.")
+        if damage is not None:
+            raise StateError(f"{where} is damaged (SQLite's quick_check: {damage}); {kept}. Move it away "
+                             "to start a new state, or put back a copy from before the damage.")
+
+    def _inspect(self) -> tuple[Any, str | None]:
+        """The stored schema row, and the first problem SQLite's quick_check finds in a file of ours.
+
+        The check reads every page once (a fraction of a second for a few hundred MB); a damaged
+        page would otherwise fail later, mid-crawl, in sqlitedict's thread.
+        """
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if TABLE not in tables:
+                return None, None
+            found = conn.execute(f'SELECT value FROM "{TABLE}" WHERE key = ?', ("meta:schema",)).fetchone()
+            if found is None:
+                return None, None
+            (verdict,) = conn.execute("PRAGMA quick_check(1)").fetchone()
+            if verdict == "ok":
+                return found[0], None
+            return found[0], " ".join(str(verdict).replace("*** in database main ***", "").split())
+        finally:
+            conn.close()
+
+    def _roll_back_journal(self) -> bool:
+        """Roll back a hot journal through a read-write connection; ``False`` if there is none."""
+        journal = self.path.with_name(self.path.name + "-journal")
+        if not journal.exists():
+            return False
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the first read rolls it back
+        finally:
+            conn.close()
+        return not journal.exists()
 
     def close(self) -> None:
         if self._db is not None:

@@ -1,9 +1,20 @@
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_costsched.settings import Budget, Config, SettingError, parse_budget, parse_duration
+from scrapy_costsched.settings import DEFAULTS, Budget, Config, SettingError, parse_budget, parse_duration
+from tests.helpers import DemoSite, crawl, start_site
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+#: Every boolean setting, found by its default, so a new one is checked too.
+BOOLEAN_SETTINGS = sorted(name for name, default in DEFAULTS.items() if isinstance(default, bool))
 
 
 def config(**settings: object) -> Config:
@@ -74,6 +85,28 @@ def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: 
     assert "\n" not in str(info.value)
 
 
+def test_the_boolean_settings_are_known() -> None:
+    assert BOOLEAN_SETTINGS == ["COSTSCHED_DROP_UNCHANGED", "COSTSCHED_ENABLED"]
+
+
+@pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
+@pytest.mark.parametrize("value", ["maybe", "yes", "", [1], {"on": True}])
+def test_a_bad_boolean_setting_is_one_line_naming_it(name: str, value: object) -> None:
+    expected = rf"^{name} \({re.escape(repr(value))}\) is invalid: it must be True or False \(also 'true'/'false', 1/0"
+    with pytest.raises(SettingError, match=expected) as info:
+        config(**{name: value})
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
+@pytest.mark.parametrize(("value", "expected"), [(True, True), (False, False), ("true", True), ("False", False),
+                                                 ("1", True), ("0", False), (1, True), (0, False)])
+def test_boolean_settings_accept_what_scrapy_accepts(name: str, value: object, expected: bool) -> None:
+    assert Settings({name: value}).getbool(name) is expected  # Scrapy's own reading of the value
+    cfg = config(**{name: value})
+    assert getattr(cfg, {"COSTSCHED_ENABLED": "enabled", "COSTSCHED_DROP_UNCHANGED": "drop_unchanged"}[name]) is expected
+
+
 def test_command_line_json_values_are_accepted() -> None:
     cfg = config(COSTSCHED_HASH_FIELDS='{"Product": ["price", "stock"]}', COSTSCHED_ITEM_KEY="sku",
                  COSTSCHED_VALUE_TIERS='{"a": 1, "b": 3}', COSTSCHED_DEFAULT_VALUE="a")
@@ -95,3 +128,30 @@ def test_billing_models_charge_what_their_plan_says() -> None:
     assert [per_credit.attempt_cost(s, 0) for s in (200, 304, 404, 503, None)] == [1.0, 1.0, 0.0, 0.0, 0.0]
     assert per_request.expected_cost(None) == per_credit.expected_cost(None) == 1.0
     assert (per_request.unit, per_credit.unit) == ("requests", "credits")
+
+
+# -- a bad setting stops a real crawl with one line ------------------------------------------------
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[DemoSite]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
+    demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
+    yield demo
+    server.shutdown()
+    server.server_close()
+    mp.undo()
+
+
+@pytest.mark.parametrize(("name", "value"), [("COSTSCHED_BUDGET", "lots"), ("COSTSCHED_DROP_UNCHANGED", "maybe"),
+                                             ("COSTSCHED_ENABLED", "maybe")])
+def test_a_bad_setting_stops_the_crawl_with_one_line_and_no_traceback(
+        site: DemoSite, tmp_path: Path, name: str, value: str) -> None:
+    result = crawl(site, tmp_path, settings={name: value})
+    assert result.returncode != 0
+    mentions = [line for line in result.log.splitlines() if value in line]
+    assert len(mentions) == 1, result.log[-5000:]
+    assert re.search(rf"(CRITICAL|ERROR): {name} \('{value}'\) is invalid: it must be ", mentions[0])
+    assert "Traceback" not in result.log, result.log[-5000:]
+    assert result.stats.get("downloader/request_count", 0) == 0

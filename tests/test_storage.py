@@ -1,14 +1,21 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
+import signal
 import sqlite3
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage, StateError, storage_from_uri
+from tests.helpers import ROOT, DemoSite, crawl, start_site
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 
@@ -84,3 +91,108 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="newer than this scrapy-costsched understands"):
         SqliteDictStorage(path).open()
     assert digest(path) == before
+
+
+#: A child that commits 50 pages, writes 3000 more (about 6 MB, more than SQLite's page cache, so
+#: they spill into the file) and is killed before committing them: a crash mid-transaction.
+_KILLED_MID_TRANSACTION = """
+import os, signal, sys
+from scrapy_costsched.storage import SqliteDictStorage
+store = SqliteDictStorage(sys.argv[1])
+store.open()
+for i in range(50):
+    store.put_page(f"kept{i:03d}", {"n": i}, [i])
+store.commit()
+for i in range(3000):
+    store.put_page(f"lost{i:04d}", {"pad": "x" * 2000}, [i])
+store.get_meta("schema")  # a round trip through sqlitedict's queue: every write above reached SQLite
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_writer_killed_mid_transaction_leaves_a_state_that_opens(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    child = subprocess.run([sys.executable, "-c", _KILLED_MID_TRANSACTION, str(path)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    journal = tmp_path / "s.sqlite-journal"
+    assert journal.stat().st_size > 0  # a hot journal: the next opener must roll it back
+    store = SqliteDictStorage(path)
+    store.open()
+    assert sorted(key for key, _ in store.iter_pages()) == [f"kept{i:03d}" for i in range(50)]
+    assert store.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
+    store.put_page("after", {"n": 1}, [])
+    store.close()
+    assert not journal.exists()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
+def test_an_empty_file_is_initialised_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "s.sqlite"
+    path.touch()
+    store = SqliteDictStorage(path)
+    with caplog.at_level(logging.WARNING, logger="scrapy_costsched"):
+        store.open()
+    store.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"The costsched state {str(path)!r} is empty, initialised as a new state."]
+    reopened = SqliteDictStorage(path)
+    reopened.open()
+    assert reopened.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
+    reopened.close()
+
+
+def damaged_state(path: Path) -> None:
+    """A state of ours whose schema reads fine but whose last page (page data) is overwritten with garbage."""
+    store = SqliteDictStorage(path)
+    store.open()
+    for i in range(300):
+        store.put_page(f"{i:04d}", {"pad": "x" * 500}, [i])
+    store.close()
+    data = bytearray(path.read_bytes())
+    data[-4096:] = b"\x0d" + b"\xee" * 4095
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_state_of_ours_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    damaged_state(path)
+    before = digest(path)
+    with pytest.raises(StateError, match=r"is damaged \(SQLite's quick_check: .+\); it was left untouched"):
+        SqliteDictStorage(path).open()
+    assert digest(path) == before
+
+
+# -- a refused state stops a real crawl with one line ------------------------------------------------
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[DemoSite]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
+    demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
+    yield demo
+    server.shutdown()
+    server.server_close()
+    mp.undo()
+
+
+@pytest.mark.parametrize("kind", ["not sqlite", "damaged"])
+def test_a_refused_state_stops_the_crawl_with_one_line_and_no_traceback(
+        site: DemoSite, tmp_path: Path, kind: str) -> None:
+    state = tmp_path / "state.sqlite"
+    if kind == "damaged":
+        damaged_state(state)
+    else:
+        state.write_bytes(b"not a database at all" * 50)
+    before = digest(state)
+    result = crawl(site, tmp_path / "work", budget=10, state=state)
+    assert result.returncode != 0
+    mentions = [line for line in result.log.splitlines() if str(state) in line]
+    assert len(mentions) == 1, result.log[-5000:]
+    assert re.search(r"(CRITICAL|ERROR): The costsched state .*; it was left untouched", mentions[0])
+    assert "Traceback" not in result.log, result.log[-5000:]
+    assert result.stats.get("downloader/request_count", 0) == 0
+    assert digest(state) == before
