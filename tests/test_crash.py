@@ -1,0 +1,217 @@
+"""``kill -9`` at random points of budgeted runs: the state survives and the period stays within budget.
+
+The demo shop is served by a handler that counts every request it receives (robots.txt included:
+it is charged to the budget), so the period's spend is measured where it is paid, not by the ledger
+under test. A run may be killed with up to ``CONCURRENT`` requests on the wire that its ledger has not
+settled yet, so a period may exceed its budget by that much, and by no more, however many runs die;
+and, as the README promises, a kill may leave unspent no more than one chunk of the budget (16
+visits, at most 5% of the budget) plus those requests.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from scrapy_costsched.storage import SqliteDictStorage
+from tests.helpers import PROJECT, DemoSite, crawl, crawl_command, read_state
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from demo_site.catalog import Catalog
+
+BUDGET = 60
+CONCURRENT = 8
+ROUNDS = 5
+#: Each round's kill point, drawn from a seeded RNG: once the server has received this many of the
+#: run's requests, plus a delay of up to MAX_EXTRA_DELAY seconds, so that kills also land between
+#: requests, in planning and in commits, and sometimes after a run that already ended.
+KILL_AFTER_REQUESTS = (1, 40)
+MAX_EXTRA_DELAY = 0.3
+#: Bounds every wait on a crawl process; a healthy run ends long before.
+RUN_TIMEOUT = 120.0
+#: What a kill may leave unspent besides the requests in flight: the chunk the ledger commits ahead
+#: (README: "one chunk of 16 visits, at most 5% of the budget") and a robots.txt held before it is fetched.
+CHUNK = min(16, math.ceil(0.05 * BUDGET)) + 1
+
+
+class CountingSite:
+    """The demo shop on 127.0.0.1, counting the requests it receives."""
+
+    def __init__(self, catalog: Catalog, clock_file: Path) -> None:
+        from demo_site.server import make_handler  # importable once tests.helpers has put the project on the path
+
+        self._lock = threading.Lock()
+        self._received = 0
+        self.reached = threading.Event()
+        self._reach_at: int | None = None
+        count = self._count
+
+        class Handler(make_handler(catalog)):  # type: ignore[misc]
+            def do_GET(self) -> None:
+                count()
+                super().do_GET()
+
+            def do_HEAD(self) -> None:
+                count()
+                super().do_HEAD()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="counting-demo-site", daemon=True).start()
+        self.site = DemoSite(catalog, f"http://127.0.0.1:{self._server.server_address[1]}", clock_file)
+
+    @property
+    def received(self) -> int:
+        with self._lock:
+            return self._received
+
+    def reset(self) -> None:
+        with self._lock:
+            self._received = 0
+
+    def notify_at(self, received: int) -> None:
+        """Set :attr:`reached` once *received* requests in all have come in."""
+        with self._lock:
+            self._reach_at = received
+            self.reached.clear()
+            if self._received >= received:
+                self.reached.set()
+
+    def _count(self) -> None:
+        with self._lock:
+            self._received += 1
+            if self._reach_at is not None and self._received >= self._reach_at:
+                self.reached.set()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture(scope="module")
+def killed_period(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A full run on day 1, then on day 3 ROUNDS budgeted runs killed at drawn points and a normal run."""
+    from demo_site.catalog import Catalog
+
+    tmp = tmp_path_factory.mktemp("crash")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp / "clock"))
+    catalog = Catalog.generate(products=120, categories=4, seed=11, horizon_days=10, new_per_day=0)
+    shop = CountingSite(catalog, tmp / "clock")
+    rng = random.Random(20260101)
+    work = tmp / "work"
+    state = work / "state.sqlite"
+    try:
+        shop.site.set_time(shop.site.day(1))
+        seed = crawl(shop.site, work, budget=1000, tag="seed")
+        assert seed.returncode == 0, seed.log[-3000:]
+        known = page_keys(state)
+        assert len(known) > BUDGET  # the budget, not the shop's size, limits the runs below
+
+        shop.site.set_time(shop.site.day(3))  # one budget period for every run below
+        shop.reset()
+        rounds = []
+        for number in range(ROUNDS):
+            killed, log = run_and_kill(shop, work, f"round{number}", rng.randint(*KILL_AFTER_REQUESTS),
+                                       rng.uniform(0.0, MAX_EXTRA_DELAY))
+            # Looked at in a copy: the next run must open the state exactly as the kill left it.
+            copy = copy_state(state, tmp / f"after-round{number}")
+            after = page_keys(copy)
+            rounds.append({"killed": killed, "log": log, "before": known, "after": after,
+                           "read": set(read_state(copy)["pages"]), "received": shop.received})
+            known = after
+        received_before_final = shop.received
+        final = crawl(shop.site, work, budget=BUDGET, settings={"CONCURRENT_REQUESTS": CONCURRENT}, tag="final")
+        yield {"rounds": rounds, "final": final, "received_before_final": received_before_final,
+               "received": shop.received, "state": state, "known": known}
+    finally:
+        shop.close()
+        mp.undo()
+
+
+def copy_state(state: Path, directory: Path) -> Path:
+    """The state file and its journal, if any, copied as they are into *directory*."""
+    directory.mkdir()
+    for path in (state, state.with_name(state.name + "-journal")):
+        if path.exists():
+            shutil.copyfile(path, directory / path.name)
+    return directory / state.name
+
+
+def page_keys(state: Path) -> set[str]:
+    """The page keys of *state*, opened as the next crawl opens it (which rolls back a hot journal)."""
+    store = SqliteDictStorage(state)
+    store.open()
+    try:
+        return {key for key, _ in store.iter_pages()}
+    finally:
+        store.close()
+
+
+def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extra_delay: float) -> tuple[bool, str]:
+    """Start a budgeted crawl and SIGKILL it at the drawn point, unless it ended first: (killed, its log)."""
+    cmd, env, _, _ = crawl_command(shop.site, work, budget=BUDGET, settings={"CONCURRENT_REQUESTS": CONCURRENT},
+                                   tag=tag)
+    log = work / f"{tag}.log"
+    shop.notify_at(shop.received + kill_after)
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while not shop.reached.wait(0.05) and proc.poll() is None:
+                assert time.monotonic() < deadline, "the crawl neither reached the kill point nor ended"
+            if proc.poll() is None:
+                time.sleep(extra_delay)
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode == -signal.SIGKILL, log.read_text()
+
+
+def test_runs_were_killed_mid_period(killed_period: dict[str, Any]) -> None:
+    assert any(r["killed"] for r in killed_period["rounds"])  # a run may also end before its kill point
+
+
+def test_every_kill_leaves_a_state_that_opens_with_every_known_page(killed_period: dict[str, Any]) -> None:
+    rounds = killed_period["rounds"]
+    for number, round_ in enumerate(rounds):
+        assert round_["before"] <= round_["after"], f"round {number}: known pages lost"
+        assert round_["read"] == round_["after"]
+    for number, round_ in enumerate(rounds):  # each run opened the state the previous kill left
+        assert "The costsched state" not in round_["log"], f"round {number}: " + round_["log"][-3000:]
+    final = killed_period["final"]
+    assert final.returncode == 0, final.log[-3000:]
+    assert "The costsched state" not in final.log, final.log[-3000:]
+    assert killed_period["known"] <= set(read_state(killed_period["state"])["pages"])
+
+
+def test_the_period_stays_within_budget_and_the_requests_in_flight(killed_period: dict[str, Any]) -> None:
+    limit = BUDGET + CONCURRENT
+    received = [r["received"] for r in killed_period["rounds"]] + [killed_period["received"]]
+    assert max(received) <= limit, (
+        f"the server received {received} requests after each run of a period with a budget of {BUDGET} "
+        f"(at most {CONCURRENT} may have been in flight at a kill)")
+
+
+def test_a_kill_leaves_unspent_at_most_one_chunk_and_the_requests_in_flight(killed_period: dict[str, Any]) -> None:
+    kills = sum(r["killed"] for r in killed_period["rounds"])
+    charged = killed_period["final"].stats["costsched/period_spent_at_start"]
+    unspent = charged - killed_period["received_before_final"]
+    assert unspent <= kills * (CHUNK + CONCURRENT), (
+        f"after {kills} kills the ledger charged {charged} for {killed_period['received_before_final']} requests "
+        f"received: {unspent} of a budget of {BUDGET} lost")
