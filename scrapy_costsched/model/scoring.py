@@ -23,6 +23,12 @@ Three refinements, each measured with the simulator (``python -m scrapy_costsche
   (a three-point Gauss–Hermite rule in log(rate)) rather than the utility at
   the point estimate: the expected freshness a visit buys, which is what the
   budget should buy when rates are not known.
+
+A hub (index, category or listing page) is also worth the new pages it reveals
+(:mod:`~.discovery`). A candidate with :attr:`Candidate.hub` set is priced as the
+bundle of the visit and the pages it is expected to reveal, each new page valued
+as this ranking values a never-visited page, so hubs, the pages they reveal and
+refresh visits are ranked in one unit: see :func:`score`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import math
 from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
+from scrapy_costsched.model.discovery import Discovery, expected_new
 from scrapy_costsched.model.freshness import _excess, p_changed, utility_fraction
 
 if TYPE_CHECKING:
@@ -56,6 +63,8 @@ class Candidate(NamedTuple):
     costs (a 304 answer to a conditional request).  *rate_low* and *rate_high*,
     when set, are the 5% and 95% quantiles of the rate's posterior
     (:class:`~.estimators.RateEstimate`) and *rate* its geometric mean.
+    *hub*, when set, says what new pages the visit is expected to reveal
+    (a hub's :class:`~.discovery.Discovery`).
 
     A named tuple rather than a dataclass: a plan builds one per known page,
     and a million of them build in well under a second.
@@ -69,6 +78,7 @@ class Candidate(NamedTuple):
     revalidation_cost: float | None = None
     rate_low: float | None = None
     rate_high: float | None = None
+    hub: Discovery | None = None
 
     @property
     def expected_cost(self) -> float:
@@ -99,9 +109,35 @@ def score(candidate: Candidate, objective: str = "freshness", cycle: float = 0.0
     >>> round(score(Candidate("a", 1.0, 1.0, 20.0, 1.0, rate_low=0.2, rate_high=5.0)), 3)
     1.507
 
+    A hub (*hub* set) visited *t* = *elapsed* after its last visit is expected
+    to reveal E = min(hub.rate·t, hub.cap) new pages
+    (:func:`~.discovery.expected_new`), each worth what this ranking gives a
+    visit to a never-visited page: U_new = 1/hub.page_rate under ``freshness``
+    (all the fresh time a first copy buys), 1 under ``changes``. The visit and
+    the pages it reveals are bought together, so the index is the bundle's
+    value per cost (Lefortier et al., CIKM 2013, price a content source by the
+    new pages it yields):
+
+        [value·U(t) + E·hub.value·U_new] / (marginal cost + E·hub.cost)
+
+    that is, the mean of the hub's own index and a new page's index
+    hub.value·U_new / hub.cost weighted by what each part costs. With E = 0 it
+    is the hub's own index, computed exactly as without *hub*; the longer the
+    wait, the closer it comes to the new pages' index (reached, for a hub that
+    shows no limit, at ``elapsed = math.inf``). A hub that changes 8 times a
+    day is worth little by its own record, but at 2 new pages a day, each
+    changing every 10 days, it is worth two thirds of a new page:
+
+    >>> hub = Discovery(rate=2.0, value=1.0, cost=1.0, page_rate=0.1)
+    >>> round(score(Candidate("h", 1.0, 8.0, 1.0, 1.0), cycle=1.0), 4)
+    0.1249
+    >>> round(score(Candidate("h", 1.0, 8.0, 1.0, 1.0, hub=hub), cycle=1.0), 4)  # (0.1249 + 2·10) / (1 + 2)
+    6.7083
+
     A negative value, rate or elapsed time, a cost <= 0, a revalidation cost
-    outside (0, cost], bounds out of order, a negative cycle
-    and an unknown objective raise ValueError.
+    outside (0, cost], bounds out of order, a negative cycle, an unknown
+    objective and a *hub* with a negative or infinite rate or value, a cost or
+    page rate that is not positive and finite, or a cap <= 0, raise ValueError.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}")
@@ -112,7 +148,7 @@ def score(candidate: Candidate, objective: str = "freshness", cycle: float = 0.0
 
 
 def _check(candidate: Candidate) -> None:
-    _, value, rate, elapsed, cost, c304, low, high = candidate
+    _, value, rate, elapsed, cost, c304, low, high, hub = candidate
     if not 0.0 <= value < math.inf:
         raise ValueError("value must be finite and non-negative")
     if not cost > 0.0:
@@ -125,6 +161,28 @@ def _check(candidate: Candidate) -> None:
         raise ValueError("revalidation_cost must be positive and at most cost")
     if (low is None) != (high is None) or (low is not None and high is not None and not 0.0 < low <= high < math.inf):
         raise ValueError("rate_low and rate_high must both be set or unset, positive, finite and in order")
+    if hub is not None and not _hub_ok(hub):
+        _check_hub(hub)
+
+
+def _hub_ok(hub: Discovery) -> bool:
+    rate, value, cost, page_rate, cap = hub
+    return 0.0 <= rate < math.inf and 0.0 <= value < math.inf and 0.0 < cost < math.inf and (
+        0.0 < page_rate < math.inf and cap > 0.0
+    )
+
+
+def _check_hub(hub: Discovery) -> None:
+    rate, value, cost, page_rate, _ = hub
+    if not 0.0 <= rate < math.inf:
+        raise ValueError("hub rate must be finite and non-negative")
+    if not 0.0 <= value < math.inf:
+        raise ValueError("hub value must be finite and non-negative")
+    if not 0.0 < cost < math.inf:
+        raise ValueError("hub cost must be positive and finite")
+    if not 0.0 < page_rate < math.inf:
+        raise ValueError("hub page_rate must be positive and finite")
+    raise ValueError("hub cap must be positive")
 
 
 def _node(
@@ -163,9 +221,24 @@ def _posterior_utility(rate: float, low: float, high: float, elapsed: float, cyc
 
 def _index(candidate: Candidate, changes: bool, cycle: float) -> float:
     """The index of a valid candidate."""
-    _, value, rate, elapsed, cost, c304, low, high = candidate
+    _, value, rate, elapsed, cost, c304, _, _, hub = candidate
+    if hub is not None and (found := expected_new(hub.rate, elapsed, hub.cap)):
+        # The bundle of the visit and the pages it reveals (see score); found > 0 implies elapsed > 0.
+        new_gain = hub.value if changes else hub.value / hub.page_rate
+        if found == math.inf:
+            return new_gain / hub.cost
+        gain, divisor = _own(candidate, changes, cycle) if rate else (0.0, cost if c304 is None else c304)
+        return (gain + found * new_gain) / (divisor + found * hub.cost)
     if rate == 0.0 or elapsed == 0.0 or value == 0.0:
         return 0.0
+    gain, divisor = _own(candidate, changes, cycle)
+    return gain / divisor
+
+
+def _own(candidate: Candidate, changes: bool, cycle: float) -> tuple[float, float]:
+    """The page's own gain, value × E[U] (× rate under ``changes``), and its marginal expected cost,
+    for a valid candidate with rate > 0 and elapsed > 0."""
+    _, value, rate, elapsed, cost, c304, low, high, _ = candidate
     if low is None or high is None:
         expected_ru = 1.0 if elapsed == math.inf else _node(rate, elapsed, cycle, elapsed / cycle if cycle else 0.0)
         expected_u = expected_ru / rate
@@ -174,7 +247,7 @@ def _index(candidate: Candidate, changes: bool, cycle: float) -> float:
     else:
         expected_u, expected_ru = _posterior_utility(rate, low, high, elapsed, cycle)
     gain = value * (expected_ru if changes else expected_u)
-    return gain / (cost if c304 is None else c304 + (cost - c304) * expected_ru)
+    return gain, (cost if c304 is None else c304 + (cost - c304) * expected_ru)
 
 
 def rank(
@@ -202,13 +275,14 @@ def rank(
         scored: list[tuple[float, Candidate]] = []
         append = scored.append
         for c in candidates:
-            _, value, rate, elapsed, cost, c304, low, high = c
+            _, value, rate, elapsed, cost, c304, low, high, hub = c
             if not (0.0 <= value < inf and cost > 0.0 and 0.0 <= rate < inf and elapsed >= 0.0) or (
                 (c304 is not None and not 0.0 < c304 <= cost)
                 or (high is not None if low is None else high is None or not 0.0 < low <= high < inf)
+                or (hub is not None and not _hub_ok(hub))
             ):
                 _check(c)  # raises the error that names the problem
-            if c304 is not None or low is not None or cycle:
+            if c304 is not None or low is not None or cycle or hub is not None:
                 index = _index(c, changes, cycle)
             elif rate == 0.0 or elapsed == 0.0 or value == 0.0:
                 continue
@@ -238,6 +312,23 @@ def _order_ties_by_key(scored: list[tuple[float, Candidate]]) -> None:
             j += 1
         scored[i : j + 1] = sorted(scored[i : j + 1], key=lambda sc: sc[1].key)
         i = j + 1
+
+
+def discovery_spend(candidate: Candidate) -> float:
+    """What the new pages a planned visit reveals are expected to cost: E[new] × hub.cost (0 for a non-hub).
+
+    :func:`affordable_prefix` charges the visit itself; the pages it reveals
+    are fetched as discovery, whose allowance should grow by this much.
+    Unbounded (``math.inf``) for a never-visited hub that shows no limit.
+
+    >>> hub = Discovery(rate=2.0, value=1.0, cost=0.5, page_rate=0.1, cap=10.0)
+    >>> discovery_spend(Candidate("h", 1.0, 8.0, 1.5, 1.0, hub=hub)), discovery_spend(Candidate("p", 1, 1, 1, 1))
+    (1.5, 0.0)
+    """
+    hub = candidate.hub
+    if hub is None:
+        return 0.0
+    return expected_new(hub.rate, candidate.elapsed, hub.cap) * hub.cost
 
 
 def affordable_prefix(ranking: Iterable[tuple[float, Candidate]], budget: float) -> list[Candidate]:
