@@ -1,0 +1,27 @@
+# Define your item pipelines here
+#
+# Don't forget to add your pipeline to the ITEM_PIPELINES setting
+# See: https://docs.scrapy.org/en/latest/topics/item-pipeline.html
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from .items import Article
+
+_SPACE = re.compile(r"\s+")
+
+
+class CleanArticlePipeline:
+    """Collapse whitespace in an article's text fields, returning a new Article (as many cleaning pipelines do)."""
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        if not isinstance(item, Article):
+            return item
+        return dataclasses.replace(item, title=_clean(item.title), updated=_clean(item.updated), body=_clean(item.body))
+
+
+def _clean(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
