@@ -300,7 +300,8 @@ def test_a_hub_with_a_static_or_worthless_record_is_worth_its_new_pages() -> Non
     static = score(Candidate("h", 1.0, 0.0, 2.0, 1.0, hub=hub))
     assert static == pytest.approx(2.0 * 2.0 / (1.0 + 2.0), rel=1e-15)
     assert score(Candidate("h", 0.0, 3.0, 2.0, 1.0, hub=hub)) == static
-    assert score(Candidate("h", 0.0, 3.0, 2.0, 1.0, 0.5, hub=hub)) == pytest.approx(4.0 / (0.5 + 0.5 * 3.0 * utility(3.0, 2.0) + 2.0))
+    marginal = 0.5 + 0.5 * 3.0 * utility(3.0, 2.0)  # a worthless record still costs what its changes make it
+    assert score(Candidate("h", 0.0, 3.0, 2.0, 1.0, 0.5, hub=hub)) == pytest.approx(4.0 / (marginal + 2.0), rel=1e-15)
     assert score(Candidate("h", 1.0, 0.0, 2.0, 1.0, 0.5, hub=hub)) == pytest.approx(4.0 / 2.5, rel=1e-15)
     assert score(Candidate("h", 1.0, 3.0, 0.0, 1.0, hub=hub)) == 0.0  # just visited: nothing yet
 
@@ -329,7 +330,8 @@ def test_rank_orders_hubs_by_score() -> None:
             hub = Discovery(rng.choice([0.0, 0.3, 2.0]), rng.choice([0.0, 1.0]), rng.choice([0.5, 1.0]),
                             rng.choice([0.05, 1.0]), rng.choice([math.inf, 5.0]))
         candidates.append(Candidate(f"k{i:03d}", rng.choice([0.0, 1.0]), rng.choice([0.0, rate]),
-                                    rng.choice([0.0, 0.5, 4.0, math.inf]), 1.0, rng.choice([None, 0.2]), low, high, hub))
+                                    rng.choice([0.0, 0.5, 4.0, math.inf]), 1.0, rng.choice([None, 0.2]), low, high,
+                                    hub))
     for objective in ("freshness", "changes"):
         for cycle in (0.0, 1.0):
             expected = sorted(((score(c, objective, cycle), c) for c in candidates), key=lambda sc: (-sc[0], sc[1].key))
