@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from scrapy_costsched.downloadermiddleware import ConditionalRequestMiddleware
+from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.pipelines import ChangeDetectionPipeline
+from scrapy_costsched.settings import SettingError, get_bool
 from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
 
 if TYPE_CHECKING:
@@ -39,7 +41,11 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
-        if not settings.getbool("COSTSCHED_ENABLED", True):
+        try:
+            enabled = get_bool(settings, "COSTSCHED_ENABLED")
+        except SettingError as exc:
+            stop_crawl(exc)
+        if not enabled:
             return
         command = debug_command()
         if command is not None:

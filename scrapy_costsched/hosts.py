@@ -33,7 +33,7 @@ class HostBook:
             try:
                 trust[host] = LastModifiedTrust.from_json(counts)
             except ValueError as exc:  # that host starts its audits again; the others keep theirs
-                logger.error("costsched: ignoring the stored Last-Modified audits of %s: %s", host, exc)
+                logger.warning("costsched: ignoring the stored Last-Modified audits of %s: %s", host, exc)
                 self.stats.inc_value("costsched/storage/unreadable_trust")
         return trust
 

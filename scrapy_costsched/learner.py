@@ -13,6 +13,7 @@ import random
 from typing import TYPE_CHECKING
 
 from scrapy_costsched.model import RatePrior, estimate_rate
+from scrapy_costsched.model.discovery import NewLinkStats
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.trust import audit_date
 from scrapy_costsched.pages import PageState, Summary
@@ -67,6 +68,7 @@ class Learner:
             page.changes += changed
             outcome = "changed" if changed else "unchanged"
             self.observed_groups.add(page.group)
+        self._record_links(page, visit)
         page.record, page.record_kind = record, kind
         page.last_modified = visit.last_modified
         page.item_hashes = sorted(visit.item_hashes)
@@ -75,6 +77,19 @@ class Learner:
         page.last_visit = visit.time
         page.visits += 1
         return outcome
+
+    def _record_links(self, page: PageState, visit: Visit) -> None:
+        """Count the new pages this visit revealed, from the page's second visit that links out on.
+
+        A first visit's outlinks are all new to the page's history, so it only starts the count.
+        """
+        if not visit.outlinks:
+            return
+        if page.links is None or page.last_visit is None:
+            page.links = page.links or NewLinkStats()
+            return
+        interval_days = max(visit.time - page.last_visit, 0.0) / DAY
+        page.links.observe(visit.new_links, interval_days, self.half_life_days)
 
     def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
         """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""

@@ -2,12 +2,14 @@
 
 A budget belongs to the period, not to a process run, and a run can die at any
 moment (``kill -9``, OOM, a container stop). So the ledger on disk is never
-behind what may have been spent: before a request can leave, the stored spend
-covers it. The ledger writes a *grant* (spent + reserved + one chunk) and commits
-it whenever the requests admitted outgrow the last grant; a run that dies finds
-the grant in the state and counts it as spent. A crash therefore costs at most
-one chunk of unused budget, and never overspends the period. A run that closes
-normally stores its exact spend.
+behind what may have been spent: before a request leaves the scheduler, the
+stored spend covers it. Requests merely queued are reserved in memory only (they
+cannot have been sent); the ledger writes a *grant* (spent + the cost of requests
+that left the scheduler + one chunk) and commits it whenever the requests sent
+outgrow the last grant. A run that dies finds the grant in the state and counts
+it as spent. A crash therefore leaves unspent at most one chunk plus the requests
+in flight, and never overspends the period. A run that closes normally stores its
+exact spend.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class Ledger:
     admitted by the scheduler first *reserves* its planned cost, and the
     reservation is released when the request is charged or found never to have
     reached a download handler (robots.txt, offsite, HTTP cache, a middleware that
-    answered it), so ``reserved`` always equals the cost of the requests in flight.
+    answered it), so ``reserved`` always equals the cost of the requests queued or
+    in flight. :meth:`dispatch` marks a reserved request that left the scheduler:
+    only those can have been sent, so only those must be covered on disk.
     """
 
     def __init__(self, store: StateStorage, period: int, budget: float | None,
@@ -47,8 +51,10 @@ class Ledger:
         self.spent_at_start = float(store.get_meta(self._key) or 0.0)
         self.spent = self.spent_at_start
         self.reserved = 0.0
-        # By id(request), or by a name for a request not made yet (a host's robots.txt).
-        self._reservations: dict[int | str, tuple[Request | None, float]] = {}
+        self.dispatched = 0.0
+        # By id(request), or by a name for a request not made yet (a host's robots.txt):
+        # (the request, its cost, whether it left the scheduler).
+        self._reservations: dict[int | str, tuple[Request | None, float, bool]] = {}
         self._granted = self.spent
 
     @property
@@ -64,20 +70,38 @@ class Ledger:
         return self.budget - self.spent - self.reserved
 
     def reserve(self, request: Request | str, cost: float) -> None:
-        """Hold *cost* for *request* until it is charged or released; the grant on disk covers it first."""
-        holder = request if isinstance(request, str) else id(request)
-        previous = self._reservations.get(holder)
-        if previous is not None:
-            self.reserved -= previous[1]
-        self._reservations[holder] = (None if isinstance(request, str) else request, cost)
+        """Hold *cost* for *request* until it is charged or released.
+
+        A named holder (a robots.txt request the middleware makes when it wants) may
+        leave at any moment, so it counts as dispatched at once.
+        """
+        self.release(request)
         self.reserved += cost
-        if self.spent + self.reserved > self._granted:
-            chunk = cost * GRANT_CHUNK_VISITS
-            if self.budget is not None:
-                chunk = min(chunk, self.budget * GRANT_CHUNK_SHARE)
-            self._granted = self.spent + self.reserved + chunk
-            self.store.set_meta(self._key, self._granted)
-            self._commit()
+        if isinstance(request, str):
+            self._reservations[request] = (None, cost, True)
+            self.dispatched += cost
+            self._cover()
+        else:
+            self._reservations[id(request)] = (request, cost, False)
+
+    def dispatch(self, request: Request) -> None:
+        """*request* left the scheduler for the downloader: the grant on disk covers it first."""
+        entry = self._reservations.get(id(request))
+        if entry is None or entry[2]:
+            return
+        self._reservations[id(request)] = (request, entry[1], True)
+        self.dispatched += entry[1]
+        self._cover(entry[1])
+
+    def _cover(self, cost: float = 0.0) -> None:
+        if self.spent + self.dispatched <= self._granted:
+            return
+        chunk = cost * GRANT_CHUNK_VISITS
+        if self.budget is not None:
+            chunk = min(chunk, self.budget * GRANT_CHUNK_SHARE)
+        self._granted = self.spent + self.dispatched + chunk
+        self.store.set_meta(self._key, self._granted)
+        self._commit()
 
     def release(self, request: Request | str) -> bool:
         """Drop *request*'s reservation unpaid; ``True`` if it held one."""
@@ -85,6 +109,8 @@ class Ledger:
         if entry is None:
             return False
         self.reserved = max(self.reserved - entry[1], 0.0)
+        if entry[2]:
+            self.dispatched = max(self.dispatched - entry[1], 0.0)
         return True
 
     def charge(self, request: Request, cost: float) -> None:
@@ -96,10 +122,10 @@ class Ledger:
             self.store.set_meta(self._key, self._granted)
 
     def release_all(self) -> int:
-        """The run is over: requests still queued never went out; returns how many."""
-        count = sum(request is not None for request, _ in self._reservations.values())
+        """The run is over: requests still queued or in flight never went out; returns how many."""
+        count = sum(request is not None for request, _, _ in self._reservations.values())
         self._reservations.clear()
-        self.reserved = 0.0
+        self.reserved = self.dispatched = 0.0
         return count
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy.utils.request import request_from_dict
 
 from scrapy_costsched.model import ChangeStats, RateEstimate
+from scrapy_costsched.model.discovery import NewLinkStats
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -58,6 +59,8 @@ class PageState:
     """Visits in a row that answered 404 or 410; the page is retired only after several."""
     not_before: float | None = None
     """No attempt before this time (failure backoff, or the rare re-check of a retired page)."""
+    links: NewLinkStats | None = None
+    """New outlinks per visit, for a page that links out at all: what it is worth as a hub."""
 
     @property
     def group(self) -> str:
@@ -69,12 +72,13 @@ class PageState:
         rate, low, high = (estimate.rate, estimate.low, estimate.high) if estimate else (None, None, None)
         cost = self.template["meta"].get("costsched_cost") if self.template else None
         return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost, low, high,
-                self.not_before]
+                self.not_before, self.links.to_json() if self.links is not None else None]
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["stats"] = self.stats.to_json()
         data["estimate"] = [self.estimate.rate, self.estimate.low, self.estimate.high] if self.estimate else None
+        data["links"] = self.links.to_json() if self.links is not None else None
         return data
 
     @classmethod
@@ -87,6 +91,8 @@ class PageState:
             fields["stats"] = ChangeStats.from_json(fields.get("stats", ChangeStats().to_json()))
             estimate = fields.get("estimate")
             fields["estimate"] = RateEstimate(*estimate) if estimate else None
+            links = fields.get("links")
+            fields["links"] = NewLinkStats.from_json(links) if links is not None else None
             return cls(**fields)
         except (TypeError, KeyError) as exc:
             raise ValueError(f"malformed page record: {exc}") from None
@@ -96,7 +102,8 @@ class Summary(NamedTuple):
     """A page as planning sees it (the ``plan:`` row of the store).
 
     *cost* is the planned-cost override of the page's ``costsched_cost`` meta, if
-    any; *rate_low* and *rate_high* bound the estimate's 90% interval. Rows written
+    any; *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
+    :meth:`NewLinkStats.to_json` of a page that links out. Rows written
     by an older version are shorter; the missing fields take their defaults.
     """
 
@@ -110,6 +117,7 @@ class Summary(NamedTuple):
     rate_low: float | None = None
     rate_high: float | None = None
     not_before: float | None = None
+    links: list[float] | None = None
 
     @classmethod
     def from_row(cls, row: list[Any]) -> Summary:

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 #: stored pages are re-baselined instead of all reported as changed.
 CANONICAL_FORM_VERSION = 2
 
+#: Hex digits kept of a field's hash: 32 bits, so a page stores a few bytes per field; a
+#: collision only hides one change of one field from the volatility check, never from the record.
+FIELD_HASH_CHARS = 8
+
 #: The default ``repr`` of objects, functions and generators: differs in every process.
 _MEMORY_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 
@@ -158,12 +162,17 @@ class RecordHasher:
     def item_hash(self, item: Any) -> str:
         """xxh3-64 over the canonical JSON, the same in every process; raises ``UnhashableItem``."""
         canonical = self.canonical(item)
-        try:
-            text = _canonical_json(canonical)
-        except _NoStableForm as exc:
-            field = next(name for name, value in canonical["fields"].items() if not _has_stable_form(value))
-            raise UnhashableItem(canonical["type"], str(field), str(exc)) from None
-        return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
+        return _digest(canonical, canonical)
+
+    def field_hashes(self, item: Any) -> dict[str, str]:
+        """A short hash of each field the item hash covers, to tell which field made a record change.
+
+        Only the value is hashed, not the item type, so equal fields hash alike in any kind of item;
+        raises ``UnhashableItem`` exactly when :meth:`item_hash` does.
+        """
+        canonical = self.canonical(item)
+        return {str(name): _digest(canonical, value)[:FIELD_HASH_CHARS]
+                for name, value in canonical["fields"].items()}
 
     def item_key_of(self, item: Any) -> str | None:
         """The item's identity under ``COSTSCHED_ITEM_KEY``, or ``None`` when no key applies."""
@@ -174,6 +183,16 @@ class RecordHasher:
         if field_name not in adapter or adapter[field_name] is None:
             return None
         return f"{item_type_name(item)}:{adapter[field_name]}"
+
+
+def _digest(canonical: dict[str, Any], value: Any) -> str:
+    """xxh3-64 of *value*'s canonical JSON, *value* being the *canonical* record or one of its fields."""
+    try:
+        text = _canonical_json(value)
+    except _NoStableForm as exc:
+        field = next(name for name, field_value in canonical["fields"].items() if not _has_stable_form(field_value))
+        raise UnhashableItem(canonical["type"], str(field), str(exc)) from None
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"))
 
 
 def _has_stable_form(value: Any) -> bool:

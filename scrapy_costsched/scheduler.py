@@ -16,7 +16,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank, score
+from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, VISIT_META
 
@@ -178,13 +178,15 @@ class CostAwareScheduler(BaseScheduler):
         now = self.tracker.now()
         self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective, cycle=self.cycle)]
         reserve = max(remaining, 0.0) * self.config.reserve_discovery
-        planned = affordable_prefix(((0.0, self._budgeted(c)) for c in self._ranking), remaining - reserve)
+        planned = self._plan_prefix(remaining - reserve)
         self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
         if self.tracker.yield_only:
             self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned))
-        # Refresh budget the plan does not use flows to discovery (all of it on a first run).
+        # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
+        # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - planned_cost, 0.0)
+        self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
@@ -192,6 +194,16 @@ class CostAwareScheduler(BaseScheduler):
         logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
                     "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
                     len(self._ranking), self._discovery_allowance)
+
+    def _plan_prefix(self, budget: float) -> list[Candidate]:
+        """The ranking's longest prefix that *budget* pays for, a hub's visit together with the new
+        pages it is expected to reveal (:func:`~.scoring.discovery_spend`): the hub is worth
+        visiting only if they can be fetched too."""
+        def bundle(candidate: Candidate) -> Candidate:
+            budgeted = self._budgeted(candidate)
+            return budgeted._replace(cost=budgeted.cost + min(discovery_spend(candidate), budget))
+
+        return self._ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in self._ranking), budget))]
 
     def _budgeted(self, candidate: Candidate) -> Candidate:
         """A page only the spider can yield (no stored template) is planned, but costs the plan
@@ -308,6 +320,8 @@ class CostAwareScheduler(BaseScheduler):
         request = self.fallback.next_request()
         if request is None and self.budgeted and self._top_up():
             request = self.fallback.next_request()
+        if request is not None and self.budgeted:
+            self.tracker.ledger.dispatch(request)
         return request
 
     def _top_up(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -23,13 +24,16 @@ from scrapy.utils.project import data_path
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
+from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.hosts import HostBook
+from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
+from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.model.trust import http_date
 from scrapy_costsched.pagebook import PageBook
-from scrapy_costsched.pages import PageState, make_template, request_from_template
+from scrapy_costsched.pages import PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
@@ -53,6 +57,15 @@ GONE_AFTER = 3
 GONE_RECHECK_PERIODS = 30
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
+
+
+def _reactor_running() -> bool:
+    """Whether a Twisted reactor runs this crawl (not when components are driven by hand, or without one)."""
+    try:
+        from twisted.internet import reactor  # here: importing it installs one, and Scrapy picks which
+    except ImportError:  # TWISTED_REACTOR_ENABLED = False: Scrapy forbids installing one
+        return False
+    return bool(reactor.running)
 
 
 def _robots_holder(netloc: str) -> str:
@@ -106,13 +119,19 @@ class Tracker:
         tracker: Tracker | None = getattr(crawler, _TRACKER_ATTR, None)
         try:
             if tracker is None:
-                tracker = cls(crawler, Config.from_settings(crawler.settings))
+                config = Config.from_settings(crawler.settings)
+                command = debug_command()
+                if command is not None and config.enabled:
+                    # Components enabled by hand, not through the add-on: still no spending.
+                    logger.info("costsched: off for `scrapy %s` (only crawl and runspider use the budget)",
+                                command)
+                    config = replace(config, enabled=False)
+                tracker = cls(crawler, config)
                 setattr(crawler, _TRACKER_ATTR, tracker)
             if tracker.config.enabled and crawler.spider is not None:
                 tracker.open()  # refuse a bad state file before anything else starts
         except (SettingError, StateError) as exc:
-            logger.critical("%s", exc)
-            raise
+            stop_crawl(exc)
         return tracker
 
     # -- lifecycle -------------------------------------------------------
@@ -206,9 +225,7 @@ class Tracker:
         self.ledger.close()
         self.pages.flush()
         self._summarise(reason)
-        from twisted.internet import reactor  # here: importing it installs one, and Scrapy picks which
-
-        if not reactor.running:
+        if not _reactor_running():
             self._finish()
             return None
         # Refitting reads every page of the observed groups: off the reactor thread.
@@ -401,8 +418,21 @@ class Tracker:
             elapsed = math.inf if row.last_visit is None else max(now - row.last_visit, 0.0) / DAY
             cost = row.cost if row.cost is not None else self.billing.expected_cost(None)
             result.append(Candidate(key, self.resolve_value(row.value), rate, elapsed, cost, None,
-                                    row.rate_low, row.rate_high))
+                                    row.rate_low, row.rate_high, self._hub(row)))
         return result
+
+    def _hub(self, row: Summary) -> Discovery | None:
+        """What a page that links out reveals: its learned new links a day, each priced as a new URL is."""
+        if row.links is None:
+            return None
+        try:
+            links = NewLinkStats.from_json(row.links)
+        except ValueError:
+            self.stats.inc_value("costsched/invalid/link_stats")
+            return None
+        host = row.group.partition("|")[0]
+        return Discovery(links.rate(), self.resolve_value(self.config.default_value),
+                         self.billing.expected_cost(None), self.prior_rate(group_of(host, "default")), links.cap)
 
     # -- the ledger's signals ----------------------------------------------
 

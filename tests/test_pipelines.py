@@ -98,7 +98,8 @@ def runs(tmp_path: Path) -> Iterator[Any]:
         return opened[-1]
 
     yield make
-    opened[-1].close()
+    if opened:
+        opened[-1].close()
 
 
 URL = "http://shop.example/p/1"

@@ -1,0 +1,140 @@
+"""Item fields that change on nearly every visit, and so make every page look changed.
+
+A crawl timestamp (``scraped_at``) or a session token in an item changes its
+hash on each visit, so each visit counts as a change and the change-rate
+estimates of the whole page type go to the top. Such a field shows as a field
+whose hash differs on nearly every comparison, on most pages of the type.
+
+The rule, per page type and field: each page remembers whether the field
+changed on each of its last :data:`WINDOW` comparisons (a comparison needs the
+field in both the previous and the current record). A page *counts* once it has
+:data:`MIN_COMPARISONS` of them, and is *volatile* for the field when it changed
+on at least :data:`NEARLY_EVERY` of them. The field is volatile for the page
+type once at least :data:`MIN_PAGES` pages count and at least :data:`MOST_PAGES`
+of those are volatile.
+
+Memory is bounded: the first :data:`MAX_PAGES` pages of a type that are compared
+at all are the sample, each with at most :data:`MAX_FIELDS` fields. Keeping the
+first pages rather than the most recent ones means a crawl that cycles through
+many more pages than that still sees each sampled page again; and the pages of a
+type with a volatile field look changed every time, so they are revisited soon.
+The window lets a page's verdict follow a spider that starts (or stops) putting
+a timestamp in a field.
+
+>>> fields, reported = VolatileFields(), []
+>>> for visit in range(3):
+...     for page in range(MIN_PAGES):
+...         before = {"price": "9.99", "scraped_at": f"day {visit - 1}"} if visit else None
+...         after = {"price": "9.99", "scraped_at": f"day {visit}"}
+...         reported += fields.observe("Product", f"page {page}", before, after)
+>>> reported
+['scraped_at']
+>>> fields.volatile("Product")
+['scraped_at']
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+#: Comparisons a page needs for its verdict on a field to count.
+MIN_COMPARISONS = 2
+#: Share of a page's comparisons in which the field changed for the page to be volatile for it.
+NEARLY_EVERY = Fraction(9, 10)
+#: Pages of a type with a verdict on the field before the type gets one.
+MIN_PAGES = 5
+#: Share of those pages that must be volatile for the field to be volatile for the type.
+MOST_PAGES = Fraction(4, 5)
+#: Last comparisons a page remembers per field: 9 changes in 10 are "nearly every".
+WINDOW = 10
+#: Pages sampled per type.
+MAX_PAGES = 200
+#: Fields followed per page; more is a spider with generated field names, not a record.
+MAX_FIELDS = 64
+
+_CHANGED, _SAME = "1", "0"
+
+
+class VolatileFields:
+    """Fields of single-item pages that change on nearly every visit, per page type."""
+
+    def __init__(self) -> None:
+        #: page type -> page key -> field -> the last comparisons, oldest first ("1" changed, "0" same).
+        self._history: dict[str, dict[str, dict[str, str]]] = {}
+        #: page type -> field -> [pages that count, of those the volatile ones]; derived from ``_history``.
+        self._tally: dict[str, dict[str, list[int]]] = {}
+        #: page type -> fields already returned by :meth:`observe`, in this run.
+        self._reported: dict[str, set[str]] = {}
+
+    def observe(self, page_type: str, page_key: str, previous: dict[str, str] | None,
+                current: dict[str, str]) -> list[str]:
+        """Compare a page's field hashes with its last visit's; the fields that became volatile just now.
+
+        A field is returned once per instance (once per run), and only while the item still has it,
+        so a field the user has since left out of the hash is not reported again.
+        """
+        if previous is not None:
+            self._compare(page_type, page_key, previous, current)
+        reported = self._reported.setdefault(page_type, set())
+        fresh = sorted(name for name in current if name not in reported and self._is_volatile(page_type, name))
+        reported.update(fresh)
+        return fresh
+
+    def volatile(self, page_type: str) -> list[str]:
+        """The fields volatile for *page_type* so far, sorted."""
+        return sorted(name for name in self._tally.get(page_type, {}) if self._is_volatile(page_type, name))
+
+    def to_state(self) -> dict[str, Any]:
+        """``{page type: {page key: {field: "0110"}}}``, the last comparisons oldest first; JSON as it is."""
+        return {page_type: {key: dict(fields) for key, fields in pages.items()}
+                for page_type, pages in self._history.items()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> VolatileFields:
+        """The counts :meth:`to_state` saved (anything malformed is skipped); no field counts as reported."""
+        self = cls()
+        for page_type, pages in state.items():
+            if not isinstance(pages, dict):
+                continue
+            sample = self._history.setdefault(str(page_type), {})
+            for key, saved in list(pages.items())[:MAX_PAGES]:
+                fields = sample.setdefault(str(key), {})
+                for name, history in list(saved.items())[:MAX_FIELDS] if isinstance(saved, dict) else ():
+                    if isinstance(history, str) and history and set(history) <= {_CHANGED, _SAME}:
+                        self._set(str(page_type), fields, str(name), history[-WINDOW:])
+                if not fields:
+                    del sample[str(key)]
+        return self
+
+    def _compare(self, page_type: str, page_key: str, previous: dict[str, str], current: dict[str, str]) -> None:
+        pages = self._history.setdefault(page_type, {})
+        if page_key not in pages and len(pages) >= MAX_PAGES:
+            return
+        fields = pages.setdefault(page_key, {})
+        for name, value in current.items():
+            if name in previous and (name in fields or len(fields) < MAX_FIELDS):
+                outcome = _SAME if previous[name] == value else _CHANGED
+                self._set(page_type, fields, name, (fields.get(name, "") + outcome)[-WINDOW:])
+        if not fields:  # nothing in common with the last record: not a sampled page yet
+            del pages[page_key]
+
+    def _set(self, page_type: str, fields: dict[str, str], name: str, history: str) -> None:
+        """Store a page's history of one field, moving the page between the tallies as its verdict changes."""
+        tally = self._tally.setdefault(page_type, {}).setdefault(name, [0, 0])
+        for verdict, sign in ((_verdict(fields.get(name, "")), -1), (_verdict(history), 1)):
+            if verdict is not None:
+                tally[0] += sign
+                tally[1] += sign * verdict
+        fields[name] = history
+
+    def _is_volatile(self, page_type: str, name: str) -> bool:
+        counted, volatile = self._tally.get(page_type, {}).get(name, (0, 0))
+        return counted >= MIN_PAGES and volatile >= MOST_PAGES * counted
+
+
+def _verdict(history: str) -> int | None:
+    """1 if a page with these comparisons is volatile for the field, 0 if not, ``None`` before it counts."""
+    if len(history) < MIN_COMPARISONS:
+        return None
+    return int(history.count(_CHANGED) >= NEARLY_EVERY * len(history))

@@ -1,0 +1,167 @@
+"""Fields that change on nearly every visit: per-field hashes and the per-page-type verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import scrapy
+
+from scrapy_costsched import volatility
+from scrapy_costsched.records import RecordHasher, UnhashableItem
+from scrapy_costsched.volatility import MAX_FIELDS, MAX_PAGES, MIN_PAGES, WINDOW, VolatileFields
+
+HASHER = RecordHasher({}, {}, {})
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Product(scrapy.Item):
+    name = scrapy.Field()
+    price = scrapy.Field()
+    scraped_at = scrapy.Field()
+
+
+@dataclasses.dataclass
+class ProductRecord:
+    name: str
+    price: float
+    scraped_at: datetime
+
+
+class Maker:
+    """No stable form: its ``str`` is the default repr, with a memory address."""
+
+
+def product(page: int, visit: int, price: float = 9.99) -> dict[str, Any]:
+    return {"name": f"kettle {page}", "price": price, "scraped_at": START + timedelta(hours=visit)}
+
+
+def crawl(fields: VolatileFields, hasher: RecordHasher, pages: int, visits: int,
+          price_changes: tuple[int, ...] = ()) -> list[str]:
+    """Visit each page *visits* times in turn; pages in *price_changes* get a new price each visit."""
+    reported: list[str] = []
+    last: dict[int, dict[str, str]] = {}
+    for visit in range(visits):
+        for page in range(pages):
+            price = 9.99 + visit if page in price_changes else 9.99
+            current = hasher.field_hashes(product(page, visit, price))
+            reported += fields.observe("Product", f"page {page}", last.get(page), current)
+            last[page] = current
+    return reported
+
+
+def test_a_timestamp_is_flagged_once_by_name() -> None:
+    fields = VolatileFields()
+    assert crawl(fields, HASHER, pages=10, visits=3) == ["scraped_at"]
+    assert fields.volatile("Product") == ["scraped_at"]
+    assert fields.volatile("Article") == []
+
+
+def test_a_price_changing_on_one_page_in_ten_is_not_flagged() -> None:
+    fields = VolatileFields()
+    assert crawl(fields, RecordHasher({}, {"*": ("scraped_at",)}, {}), pages=10, visits=3, price_changes=(3,)) == []
+    assert fields.volatile("Product") == []
+
+
+def test_an_ignored_field_is_never_hashed_nor_flagged() -> None:
+    for hasher in (RecordHasher({}, {"*": ("scraped_at",)}, {}), RecordHasher({}, {"dict": ("scraped_at",)}, {}),
+                   RecordHasher({"*": ("name", "price")}, {}, {})):
+        assert set(hasher.field_hashes(product(1, 1))) == {"name", "price"}
+        fields = VolatileFields()
+        assert crawl(fields, hasher, pages=10, visits=3) == []
+        assert fields.volatile("Product") == []
+
+
+def test_fewer_than_min_pages_give_no_verdict() -> None:
+    fields = VolatileFields()
+    assert crawl(fields, HASHER, pages=MIN_PAGES - 1, visits=2 * WINDOW) == []
+    assert fields.volatile("Product") == []
+
+
+def test_the_verdict_survives_the_state_and_is_reported_once_per_run() -> None:
+    fields = VolatileFields()
+    crawl(fields, HASHER, pages=10, visits=3)
+    state = json.loads(json.dumps(fields.to_state()))
+    assert state["Product"]["page 0"] == {"name": "00", "price": "00", "scraped_at": "11"}
+
+    restored = VolatileFields.from_state(state)
+    assert restored.volatile("Product") == ["scraped_at"]
+    assert restored.to_state() == state
+    current = HASHER.field_hashes(product(0, 3))
+    assert restored.observe("Product", "page 0", HASHER.field_hashes(product(0, 2)), current) == ["scraped_at"]
+    assert restored.observe("Product", "page 1", HASHER.field_hashes(product(1, 2)), current) == []
+    # Left out of the hash since: the stored verdict names it, but it is not reported again.
+    ignoring = RecordHasher({}, {"*": ("scraped_at",)}, {})
+    after = VolatileFields.from_state(state)
+    assert after.observe("Product", "page 0", None, ignoring.field_hashes(product(0, 3))) == []
+
+
+def test_malformed_state_is_skipped() -> None:
+    state = {"Product": {"a": {"f": "12"}, "b": ["f"], "c": {"f": 3, "g": ""}, "d": {"f": "0110"}}, "Article": 1}
+    assert VolatileFields.from_state(state).to_state() == {"Product": {"d": {"f": "0110"}}}
+
+
+def test_a_field_is_compared_only_when_both_visits_have_it() -> None:
+    fields = VolatileFields()
+    for page in range(10):
+        for visit in range(3):
+            previous = {"name": "a"} if visit else None
+            current = {"name": "a", "scraped_at": str(visit)} if visit == 2 else {"name": "a"}
+            assert fields.observe("Product", str(page), previous, current) == []
+    assert set(fields.to_state()["Product"]["0"]) == {"name"}
+
+
+def test_a_page_that_stops_changing_leaves_the_verdict_within_the_window() -> None:
+    fields = VolatileFields()
+    for visit in range(WINDOW + 2):
+        previous = {"status": str(min(visit - 1, 4))} if visit else None
+        for page in range(MIN_PAGES):
+            fields.observe("Product", str(page), previous, {"status": str(min(visit, 4))})
+        if visit == 2:
+            assert fields.volatile("Product") == ["status"]
+    assert fields.volatile("Product") == []
+    assert fields.to_state()["Product"]["0"]["status"] == "1110000000"
+
+
+def test_memory_is_bounded() -> None:
+    fields = VolatileFields()
+    many = {f"field {n}": "x" for n in range(MAX_FIELDS + 10)}
+    for page in range(MAX_PAGES + 50):
+        fields.observe("Product", str(page), many, many)
+    pages = fields.to_state()["Product"]
+    assert len(pages) == MAX_PAGES
+    assert all(len(fields) == MAX_FIELDS for fields in pages.values())
+
+
+def test_field_hashes_are_the_same_across_hashers_and_kinds_of_item() -> None:
+    record = product(1, 1)
+    hashes = HASHER.field_hashes(record)
+    assert set(hashes) == {"name", "price", "scraped_at"}
+    assert all(len(value) == 8 for value in hashes.values())
+    assert RecordHasher({}, {}, {}).field_hashes(dict(record)) == hashes
+    assert HASHER.field_hashes(Product(**record)) == hashes
+    assert HASHER.field_hashes(ProductRecord(**record)) == hashes
+    assert HASHER.field_hashes(product(1, 2))["scraped_at"] != hashes["scraped_at"]
+    assert HASHER.field_hashes({"specs": {1: "a", "1": "b"}, "tags": {"b", "a"}}) == {
+        "specs": HASHER.field_hashes({"specs": {"1": "b", 1: "a"}})["specs"],
+        "tags": HASHER.field_hashes({"tags": ["a", "b"]})["tags"],
+    }
+
+
+def test_field_hashes_raise_as_the_item_hash_does() -> None:
+    item = {"name": "kettle", "maker": Maker()}
+    with pytest.raises(UnhashableItem) as from_item:
+        HASHER.item_hash(item)
+    with pytest.raises(UnhashableItem) as from_fields:
+        HASHER.field_hashes(item)
+    assert from_fields.value.field == from_item.value.field == "maker"
+    assert str(from_fields.value) == str(from_item.value)
+    assert set(RecordHasher({}, {"*": ("maker",)}, {}).field_hashes(item)) == {"name"}
+
+
+def test_module_doctest() -> None:
+    assert doctest.testmod(volatility).failed == 0
