@@ -13,13 +13,14 @@ on at least :data:`NEARLY_EVERY` of them. The field is volatile for the page
 type once at least :data:`MIN_PAGES` pages count and at least :data:`MOST_PAGES`
 of those are volatile.
 
-Memory is bounded: the first :data:`MAX_PAGES` pages of a type that are compared
-at all are the sample, each with at most :data:`MAX_FIELDS` fields. Keeping the
-first pages rather than the most recent ones means a crawl that cycles through
-many more pages than that still sees each sampled page again; and the pages of a
-type with a volatile field look changed every time, so they are revisited soon.
-The window lets a page's verdict follow a spider that starts (or stops) putting
-a timestamp in a field.
+Memory is bounded: the first :data:`MAX_PAGES` pages of a type observed are the
+sample, each with at most :data:`MAX_FIELDS` fields, and only sampled pages need
+to keep their field hashes for the next visit (:meth:`VolatileFields.sampled`).
+Keeping the first pages rather than the most recent ones means a crawl that
+cycles through many more pages than that still sees each sampled page again; and
+the pages of a type with a volatile field look changed every time, so they are
+revisited soon. The window lets a page's verdict follow a spider that starts
+(or stops) putting a timestamp in a field.
 
 >>> fields, reported = VolatileFields(), []
 >>> for visit in range(3):
@@ -74,12 +75,25 @@ class VolatileFields:
         A field is returned once per instance (once per run), and only while the item still has it,
         so a field the user has since left out of the hash is not reported again.
         """
-        if previous is not None:
-            self._compare(page_type, page_key, previous, current)
+        pages = self._history.setdefault(page_type, {})
+        fields = pages.get(page_key)
+        if fields is None and len(pages) < MAX_PAGES:
+            fields = pages[page_key] = {}
+        if fields is not None and previous is not None:
+            self._compare(page_type, fields, previous, current)
         reported = self._reported.setdefault(page_type, set())
         fresh = sorted(name for name in current if name not in reported and self._is_volatile(page_type, name))
         reported.update(fresh)
         return fresh
+
+    def sampled(self, page_type: str, page_key: str) -> bool:
+        """Whether the page, once observed, is in its type's sample: only then is its record worth keeping."""
+        return page_key in self._history.get(page_type, {})
+
+    def counts(self, page_type: str, name: str) -> tuple[int, int]:
+        """Sampled pages of *page_type* volatile for field *name*, and how many have a verdict: for messages."""
+        counted, volatile = self._tally.get(page_type, {}).get(name, (0, 0))
+        return volatile, counted
 
     def volatile(self, page_type: str) -> list[str]:
         """The fields volatile for *page_type* so far, sorted."""
@@ -98,26 +112,20 @@ class VolatileFields:
             if not isinstance(pages, dict):
                 continue
             sample = self._history.setdefault(str(page_type), {})
-            for key, saved in list(pages.items())[:MAX_PAGES]:
+            for key, saved in [(key, saved) for key, saved in pages.items() if isinstance(saved, dict)][:MAX_PAGES]:
                 fields = sample.setdefault(str(key), {})
-                for name, history in list(saved.items())[:MAX_FIELDS] if isinstance(saved, dict) else ():
+                for name, history in list(saved.items())[:MAX_FIELDS]:
                     if isinstance(history, str) and history and set(history) <= {_CHANGED, _SAME}:
                         self._set(str(page_type), fields, str(name), history[-WINDOW:])
-                if not fields:
-                    del sample[str(key)]
         return self
 
-    def _compare(self, page_type: str, page_key: str, previous: dict[str, str], current: dict[str, str]) -> None:
-        pages = self._history.setdefault(page_type, {})
-        if page_key not in pages and len(pages) >= MAX_PAGES:
-            return
-        fields = pages.setdefault(page_key, {})
+    def _compare(self, page_type: str, fields: dict[str, str], previous: dict[str, str],
+                 current: dict[str, str]) -> None:
+        """Add one comparison to each field of a sampled page that both records have."""
         for name, value in current.items():
             if name in previous and (name in fields or len(fields) < MAX_FIELDS):
                 outcome = _SAME if previous[name] == value else _CHANGED
                 self._set(page_type, fields, name, (fields.get(name, "") + outcome)[-WINDOW:])
-        if not fields:  # nothing in common with the last record: not a sampled page yet
-            del pages[page_key]
 
     def _set(self, page_type: str, fields: dict[str, str], name: str, history: str) -> None:
         """Store a page's history of one field, moving the page between the tallies as its verdict changes."""

@@ -59,6 +59,8 @@ def test_a_timestamp_is_flagged_once_by_name() -> None:
     assert crawl(fields, HASHER, pages=10, visits=3) == ["scraped_at"]
     assert fields.volatile("Product") == ["scraped_at"]
     assert fields.volatile("Article") == []
+    assert fields.counts("Product", "scraped_at") == (10, 10)
+    assert fields.counts("Product", "price") == (0, 10)
 
 
 def test_a_price_changing_on_one_page_in_ten_is_not_flagged() -> None:
@@ -102,7 +104,7 @@ def test_the_verdict_survives_the_state_and_is_reported_once_per_run() -> None:
 
 def test_malformed_state_is_skipped() -> None:
     state = {"Product": {"a": {"f": "12"}, "b": ["f"], "c": {"f": 3, "g": ""}, "d": {"f": "0110"}}, "Article": 1}
-    assert VolatileFields.from_state(state).to_state() == {"Product": {"d": {"f": "0110"}}}
+    assert VolatileFields.from_state(state).to_state() == {"Product": {"a": {}, "c": {}, "d": {"f": "0110"}}}
 
 
 def test_a_field_is_compared_only_when_both_visits_have_it() -> None:
@@ -134,7 +136,10 @@ def test_memory_is_bounded() -> None:
         fields.observe("Product", str(page), many, many)
     pages = fields.to_state()["Product"]
     assert len(pages) == MAX_PAGES
-    assert all(len(fields) == MAX_FIELDS for fields in pages.values())
+    assert all(len(page) == MAX_FIELDS for page in pages.values())
+    assert fields.sampled("Product", "0")
+    assert not fields.sampled("Product", str(MAX_PAGES))
+    assert not fields.sampled("Article", "0")
 
 
 def test_field_hashes_are_the_same_across_hashers_and_kinds_of_item() -> None:
