@@ -137,6 +137,8 @@ class CostAwareScheduler(BaseScheduler):
         self._planned: set[str] = set()
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
+        # Budget held for planned pages only the spider can yield, until it yields them or goes idle.
+        self._held = 0.0
         # New URLs wait here, best index first, until the wrapped scheduler runs dry.
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
@@ -181,6 +183,7 @@ class CostAwareScheduler(BaseScheduler):
         planned = self._plan_prefix(remaining - reserve)
         self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
+        self._held = sum(c.cost for c in planned if c.key in self.tracker.yield_only)
         if self.tracker.yield_only:
             self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
@@ -200,14 +203,17 @@ class CostAwareScheduler(BaseScheduler):
         pages it is expected to reveal (:func:`~.scoring.discovery_spend`): the hub is worth
         visiting only if they can be fetched too."""
         def bundle(candidate: Candidate) -> Candidate:
-            budgeted = self._budgeted(candidate)
-            return budgeted._replace(cost=budgeted.cost + min(discovery_spend(candidate), budget))
+            return candidate._replace(cost=candidate.cost + min(discovery_spend(candidate), budget))
 
         return self._ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in self._ranking), budget))]
 
+    def _available(self) -> float:
+        """What the next visit may spend: the ledger's remaining budget less what planned pages hold."""
+        return self.tracker.ledger.remaining() - self._held
+
     def _budgeted(self, candidate: Candidate) -> Candidate:
-        """A page only the spider can yield (no stored template) is planned, but costs the plan
-        nothing until the spider yields it: its budget goes to the next pages meanwhile."""
+        """Leftovers plan a page only the spider can yield (no stored template) at no cost: it goes
+        out only if the spider yields it again, so its budget goes to the next pages meanwhile."""
         return candidate._replace(cost=0.0) if candidate.key in self.tracker.yield_only else candidate
 
     def close(self, reason: str) -> Deferred[None] | None:
@@ -236,11 +242,11 @@ class CostAwareScheduler(BaseScheduler):
             return False
         cost = self.tracker.planned_cost(self._discovery[0][3].meta)
         return (self._discovery_spent + cost <= self._discovery_allowance
-                and cost <= self.tracker.ledger.remaining())
+                and cost <= self._available())
 
     def _next_planned_fits(self) -> bool:
         self._skip_dispatched()
-        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self.tracker.ledger.remaining()
+        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self._available()
 
     def _skip_dispatched(self) -> None:
         while self._cursor < self._plan_end and self._ranking[self._cursor].key in self._dispatched:
@@ -299,9 +305,11 @@ class CostAwareScheduler(BaseScheduler):
         return self._pass_on(request, cost, "costsched/attempts/extra")
 
     def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
-        if cost > self.tracker.ledger.remaining():  # retries took what the plan had counted on
+        held = cost if key in self._planned and key in self.tracker.yield_only else 0.0
+        if cost > self._available() + min(held, self._held):  # retries took what the plan had counted on
             self.stats.inc_value("costsched/skipped/budget")
             return False
+        self._held = max(self._held - held, 0.0)
         self._dispatched.add(key)
         self.tracker.admitted(request, key, reason)
         return self._pass_on(request, cost, f"costsched/admitted/{reason}")
@@ -349,6 +357,7 @@ class CostAwareScheduler(BaseScheduler):
         """Leftovers: nothing else will come, so extend the plan over the ranking with what is left."""
         if not self.budgeted:
             return
+        self._held = 0.0  # the spider yields nothing more on its own
         while self._discovery:
             self._defer(heapq.heappop(self._discovery)[2])
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page

@@ -1,0 +1,64 @@
+"""``tests/news_project`` as a user writes it, crawled daily under a budget: callbacks that are not spider
+methods, ``DEPTH_LIMIT`` and ``allowed_domains`` on planned pages (issue 8, failures 3 and 6)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.newssite import NewsSite, run_news
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[NewsSite]:
+    with NewsSite(tmp_path / "clock", sections=3) as news:
+        yield news
+
+
+def test_lambda_and_function_callbacks_still_crawl_under_a_budget(site: NewsSite, tmp_path: Path) -> None:
+    site.set_day(0)
+    first = run_news(site, tmp_path / "crawl", spider_args={"callbacks": "lambda"}, tag="day0")
+    assert first.returncode == 0, first.log[-3000:]
+    warning = next(line for line in first.log.splitlines() if "cannot be re-issued" in line)
+    assert "WARNING" in warning
+    assert "<lambda>" in warning
+    known = {item["id"] for item in first.items}
+    for day in (1, 2, 3):
+        site.set_day(day)
+        t = site.now()
+        before = site.requests("/article/")
+        result = run_news(site, tmp_path / "crawl", budget=15, spider_args={"callbacks": "lambda"}, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        # Warned at every start, from the state, before any page is yielded.
+        assert any("cannot be re-issued" in line and "parse_article_page" in line for line in result.log.splitlines())
+        assert result.stats.get("costsched/skipped/no_template", 0) == 0
+        assert site.requests("/article/") > before
+        got = {item["id"] for item in result.items}
+        listed = {a.id for s in range(site.sections) for a in site.listing_at(s, t)}
+        assert got - known, f"day {day}: no new article fetched"
+        assert got <= listed
+        assert result.stats["downloader/request_count"] <= 15
+        known |= got
+
+
+def test_planned_pages_obey_depth_limit_and_allowed_domains(site: NewsSite, tmp_path: Path) -> None:
+    site.set_day(0)
+    first = run_news(site, tmp_path / "crawl", spider_args={"offsite": "1"}, tag="day0")
+    assert first.returncode == 0, first.log[-3000:]
+    assert first.items
+    assert site.offsite_hits == {}
+    site.set_day(1)
+    site.reset_counts()
+    # Articles are two links from the front page: with DEPTH_LIMIT = 1 none may be sent, planned or not.
+    shallow = run_news(site, tmp_path / "crawl", budget=40, settings={"DEPTH_LIMIT": 1}, spider_args={"offsite": "1"},
+                       tag="day1")
+    assert shallow.returncode == 0, shallow.log[-3000:]
+    assert site.requests("/article/") == 0
+    assert shallow.stats.get("costsched/skipped/depth_limit", 0) > 0
+    assert site.requests("/section/") > 0
+    assert site.offsite_hits == {}
