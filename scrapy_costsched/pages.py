@@ -61,6 +61,8 @@ class PageState:
     """No attempt before this time (failure backoff, or the rare re-check of a retired page)."""
     links: NewLinkStats | None = None
     """New outlinks per visit, for a page that links out at all: what it is worth as a hub."""
+    field_hashes: dict[str, str] | None = None
+    """The last single-item record's hash per field, kept for pages in the volatile-field sample."""
 
     @property
     def group(self) -> str:

@@ -38,6 +38,7 @@ from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_nam
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
 from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VISIT_META, Visit, VisitBook
+from scrapy_costsched.volatility import VolatileFields
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -101,6 +102,7 @@ class Tracker:
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
+        self.volatile = VolatileFields()
         for handler, signal in (
             (self._spider_opened, signals.spider_opened),
             (self._spider_closed, signals.spider_closed),
@@ -172,6 +174,7 @@ class Tracker:
         budget = self.config.budget.amount if self.config.budget is not None else None
         self._ledger = Ledger(store, period, budget, self.commit)
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
+        self.volatile = VolatileFields.from_state(store.get_meta("volatile_fields") or {})
         self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)
         self.stats.set_value("costsched/open_seconds", time.perf_counter() - started)
         if self.config.shadow:
@@ -223,7 +226,7 @@ class Tracker:
         if unsent:
             self.stats.set_value("costsched/unsent_at_close", unsent)
         self.ledger.close()
-        self.pages.flush()
+        self._save()
         self._summarise(reason)
         if not _reactor_running():
             self._finish()
@@ -237,7 +240,6 @@ class Tracker:
         try:
             refitted = self.learner.refit_priors(seed=self.ledger.period)
             self.stats.set_value("costsched/priors_refitted", refitted)
-            self.hosts.save()
         finally:
             self.store.close()
             self.store = None
@@ -264,12 +266,18 @@ class Tracker:
         if changed:
             self.stats.set_value("costsched/cost_per_change", spent / changed)
 
+    def _save(self) -> None:
+        """Write what the rooms hold in memory into the store (committed by the caller)."""
+        assert self.store is not None
+        self.pages.flush()
+        self.hosts.save()
+        self.store.set_meta("volatile_fields", self.volatile.to_state())
+
     def commit(self) -> None:
         """A safe point: everything observed so far survives a crash from here on."""
         if self.store is None:
             return
-        self.pages.flush()
-        self.hosts.save()
+        self._save()
         self.store.commit()
         self._since_commit = 0
         self.stats.inc_value("costsched/commits")
@@ -602,6 +610,8 @@ class Tracker:
         if item_hash is None:
             return
         visit.item_hashes.append(item_hash)
+        # field_hashes raises exactly when item_hash does, so it cannot fail here.
+        visit.field_hashes = self.hasher.field_hashes(item) if len(visit.item_hashes) == 1 else None
         visit.item_types.add(item_type_name(item))
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
@@ -657,14 +667,33 @@ class Tracker:
                                page.url)
                 self.stats.inc_value("costsched/extraction_empty")
             else:
+                previous_fields = page.field_hashes
                 outcome = self.learner.record(page, visit)
                 self.stats.inc_value(f"costsched/{outcome}")
+                # A baseline or re-baseline compares nothing: its fields may differ by configuration.
+                self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None)
                 if outcome == "changed":
                     self._update_spend_stats()
         self.pages.changed(key, page)
         self._since_commit += 1
         if self._since_commit >= self.config.commit_every:
             self.commit()
+
+    def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None) -> None:
+        """Warn once per run about an item field that changes on nearly every visit of a page type."""
+        current = visit.field_hashes
+        if current is None:  # no item, or several: fields cannot be paired across visits
+            page.field_hashes = None
+            return
+        for name in self.volatile.observe(page.page_type, key, previous, current):
+            volatile, counted = self.volatile.counts(page.page_type, name)
+            logger.warning(
+                "costsched: item field %r changes on nearly every visit of %r pages (%d of %d sampled pages), so "
+                "each visit counts as a change and their change rates are overestimated; if it is a timestamp "
+                "or a token, leave it out of the record with COSTSCHED_IGNORE_FIELDS = [%r] (or list the fields "
+                "that matter in COSTSCHED_HASH_FIELDS)", name, page.page_type, volatile, counted, name)
+            self.stats.inc_value("costsched/items/volatile_fields")
+        page.field_hashes = current if self.volatile.sampled(page.page_type, key) else None
 
     def _failed(self, page: PageState, when: float) -> None:
         """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row."""

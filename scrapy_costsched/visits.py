@@ -41,6 +41,8 @@ class Visit:
     """Outlinks to pages the crawl did not know before this visit (what a hub reveals)."""
     values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
+    field_hashes: dict[str, str] | None = None
+    """A hash per item field, when the visit yielded exactly one item (to spot volatile fields)."""
     failed: bool = False
     last_modified: float | None = None
     """The response's ``Last-Modified`` (epoch seconds), if it sent a readable one."""

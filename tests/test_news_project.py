@@ -62,3 +62,38 @@ def test_planned_pages_obey_depth_limit_and_allowed_domains(site: NewsSite, tmp_
     assert shallow.stats.get("costsched/skipped/depth_limit", 0) > 0
     assert site.requests("/section/") > 0
     assert site.offsite_hits == {}
+
+
+STAMPED = '{"news.pipelines.CleanArticlePipeline": 300, "news.pipelines.StampPipeline": 310}'
+
+
+def test_a_field_that_changes_on_every_visit_is_named_and_can_be_ignored(site: NewsSite, tmp_path: Path) -> None:
+    warnings = []
+    for day in (0, 1, 2):
+        site.set_day(day)
+        result = run_news(site, tmp_path / "crawl", settings={"ITEM_PIPELINES": STAMPED}, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        warnings.append([line for line in result.log.splitlines() if "changes on nearly every visit" in line])
+    assert warnings[:2] == [[], []]  # two visits give one comparison per page: no verdict yet
+    assert len(warnings[2]) == 1
+    assert "'scraped_at'" in warnings[2][0]
+    assert "'article' pages" in warnings[2][0]
+    assert "COSTSCHED_IGNORE_FIELDS = ['scraped_at']" in warnings[2][0]
+    assert result.stats["costsched/items/volatile_fields"] == 1
+    # As the warning says: ignored, the field re-baselines the pages once and is never reported again.
+    ignore = {"ITEM_PIPELINES": STAMPED, "COSTSCHED_IGNORE_FIELDS": '["scraped_at"]'}
+    for day in (3, 4):
+        site.set_day(day)
+        result = run_news(site, tmp_path / "crawl", settings=ignore, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        assert "changes on nearly every visit" not in result.log
+    assert result.stats.get("costsched/unchanged", 0) > result.stats.get("costsched/changed", 0)
+
+
+def test_fields_that_change_with_the_page_are_not_reported(site: NewsSite, tmp_path: Path) -> None:
+    for day in (0, 1, 2, 3):
+        site.set_day(day)
+        result = run_news(site, tmp_path / "crawl", tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        assert "changes on nearly every visit" not in result.log
+    assert result.stats.get("costsched/unchanged", 0) > 0

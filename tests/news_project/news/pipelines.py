@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from typing import Any
 
@@ -25,3 +26,11 @@ class CleanArticlePipeline:
 
 def _clean(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
+
+
+class StampPipeline:
+    """Add the time of scraping to each article, as many projects do (a field that changes on every visit)."""
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        fields = dataclasses.asdict(item) if isinstance(item, Article) else dict(item)
+        return {**fields, "scraped_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
