@@ -14,6 +14,7 @@ exact spend.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     from scrapy_costsched.storage import StateStorage
 
+#: Request meta key of a request's reservation (set by the ledger; never part of a template).
+HOLD_META = "costsched_hold"
 #: A grant covers this many more planned visits than are reserved when it is written,
 #: so the state is committed once per chunk of requests rather than once per request.
 GRANT_CHUNK_VISITS = 16
@@ -40,6 +43,11 @@ class Ledger:
     answered it), so ``reserved`` always equals the cost of the requests queued or
     in flight. :meth:`dispatch` marks a reserved request that left the scheduler:
     only those can have been sent, so only those must be covered on disk.
+
+    A reservation is found by a number in the request's meta (:data:`HOLD_META`),
+    not by the object: with ``JOBDIR`` the scheduler's disk queues hand back a copy
+    of each request. A retry or redirect copies the meta of an attempt already
+    charged, and is given a number of its own when it is reserved.
     """
 
     def __init__(self, store: StateStorage, period: int, budget: float | None,
@@ -52,9 +60,10 @@ class Ledger:
         self.spent = self.spent_at_start
         self.reserved = 0.0
         self.dispatched = 0.0
-        # By id(request), or by a name for a request not made yet (a host's robots.txt):
-        # (the request, its cost, whether it left the scheduler).
-        self._reservations: dict[int | str, tuple[Request | None, float, bool]] = {}
+        # By the request's hold number, or by a name for a request not made yet (a host's
+        # robots.txt): (its cost, whether it left the scheduler).
+        self._reservations: dict[int | str, tuple[float, bool]] = {}
+        self._holds = itertools.count(1)
         self._granted = self.spent
 
     @property
@@ -75,23 +84,26 @@ class Ledger:
         A named holder (a robots.txt request the middleware makes when it wants) may
         leave at any moment, so it counts as dispatched at once.
         """
-        self.release(request)
         self.reserved += cost
         if isinstance(request, str):
-            self._reservations[request] = (None, cost, True)
+            self.release(request)
+            self._reservations[request] = (cost, True)
             self.dispatched += cost
             self._cover()
         else:
-            self._reservations[id(request)] = (request, cost, False)
+            hold = next(self._holds)
+            request.meta[HOLD_META] = hold
+            self._reservations[hold] = (cost, False)
 
     def dispatch(self, request: Request) -> None:
         """*request* left the scheduler for the downloader: the grant on disk covers it first."""
-        entry = self._reservations.get(id(request))
-        if entry is None or entry[2]:
+        hold: int | None = request.meta.get(HOLD_META)
+        entry = self._reservations.get(hold) if hold is not None else None
+        if hold is None or entry is None or entry[1]:
             return
-        self._reservations[id(request)] = (request, entry[1], True)
-        self.dispatched += entry[1]
-        self._cover(entry[1])
+        self._reservations[hold] = (entry[0], True)
+        self.dispatched += entry[0]
+        self._cover(entry[0])
 
     def _cover(self, cost: float = 0.0) -> None:
         if self.spent + self.dispatched <= self._granted:
@@ -105,12 +117,13 @@ class Ledger:
 
     def release(self, request: Request | str) -> bool:
         """Drop *request*'s reservation unpaid; ``True`` if it held one."""
-        entry = self._reservations.pop(request if isinstance(request, str) else id(request), None)
+        hold = request if isinstance(request, str) else request.meta.get(HOLD_META)
+        entry = self._reservations.pop(hold, None) if hold is not None else None
         if entry is None:
             return False
-        self.reserved = max(self.reserved - entry[1], 0.0)
-        if entry[2]:
-            self.dispatched = max(self.dispatched - entry[1], 0.0)
+        self.reserved = max(self.reserved - entry[0], 0.0)
+        if entry[1]:
+            self.dispatched = max(self.dispatched - entry[0], 0.0)
         return True
 
     def charge(self, request: Request, cost: float) -> None:
@@ -123,7 +136,7 @@ class Ledger:
 
     def release_all(self) -> int:
         """The run is over: requests still queued or in flight never went out; returns how many."""
-        count = sum(request is not None for request, _, _ in self._reservations.values())
+        count = sum(not isinstance(holder, str) for holder in self._reservations)
         self._reservations.clear()
         self.reserved = self.dispatched = 0.0
         return count

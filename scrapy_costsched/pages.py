@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
 #: ``depth`` is kept: a re-issued page keeps its depth, so ``DEPTH_LIMIT`` still applies to it.
 _TRANSIENT_META = frozenset({
-    "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "download_latency",
-    "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
+    "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "costsched_hold",
+    "download_latency", "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
     "download_timeout", "handle_httpstatus_all", "is_start_request",
 })
 

@@ -13,6 +13,7 @@ from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider
+from scrapy.extensions.httpcache import DummyPolicy
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
@@ -60,11 +61,26 @@ def check_revisit_settings(settings: BaseSettings) -> None:
                     f"Remove it or set {switch} = False while COSTSCHED_ENABLED is on."
                 )
     if settings.get("JOBDIR"):
-        logger.warning(
+        logger.info(
             "costsched: JOBDIR is set; its requests.seen would drop re-yielded URLs, so CostAwareScheduler "
             "lets the visits it plans past the duplicate filter and deduplicates them itself, by fingerprint, "
             "once per run."
         )
+
+
+def check_http_cache(settings: BaseSettings, budget_period: float) -> None:
+    """Warn when the HTTP cache would answer revisits with a copy from an earlier period: then no change
+    and no new link is ever seen, and every cached visit is free, so the plan runs through all pages."""
+    if not settings.getbool("HTTPCACHE_ENABLED"):
+        return
+    policy = load_object(settings.get("HTTPCACHE_POLICY"))
+    expiration = settings.getint("HTTPCACHE_EXPIRATION_SECS")
+    if issubclass(policy, DummyPolicy) and (expiration <= 0 or expiration >= budget_period):
+        logger.warning(
+            "costsched: the HTTP cache (HTTPCACHE_ENABLED, %s) keeps pages for %s, so revisits in later periods "
+            "get the cached copy and see no change; set HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD "
+            "(%g s) or turn the cache off for recurring crawls.", policy.__name__,
+            "ever" if expiration <= 0 else f"{expiration} s", budget_period)
 
 
 class PlannedVisitsPass(BaseDupeFilter):
@@ -149,6 +165,7 @@ class CostAwareScheduler(BaseScheduler):
     def from_crawler(cls, crawler: Crawler) -> Self:
         tracker = Tracker.of(crawler)
         check_revisit_settings(crawler.settings)
+        check_http_cache(crawler.settings, tracker.config.budget_period)
         fallback_cls = load_object(tracker.config.fallback_scheduler)
         if fallback_cls is cls or not issubclass(fallback_cls, BaseScheduler):
             raise ValueError(f"COSTSCHED_FALLBACK_SCHEDULER ({tracker.config.fallback_scheduler!r}) must be a "
@@ -315,11 +332,16 @@ class CostAwareScheduler(BaseScheduler):
         return self._pass_on(request, cost, f"costsched/admitted/{reason}")
 
     def _pass_on(self, request: Request, cost: float, stat: str) -> bool:
-        """Into the wrapped scheduler; what it accepts holds its cost until it is charged or released."""
+        """Into the wrapped scheduler; what it accepts holds its cost until it is charged or released.
+
+        Reserved first: a disk queue (``JOBDIR``) stores the request as it is when enqueued, and the
+        reservation's number travels in its meta.
+        """
+        self.tracker.reserve(request, cost)
         if not self.fallback.enqueue_request(request):
+            self.tracker.ledger.release(request)
             self.stats.inc_value("costsched/skipped/fallback_refused")
             return False
-        self.tracker.reserve(request, cost)
         self.stats.inc_value(stat)
         return True
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,8 @@ def test_revisit_defeating_middlewares_are_refused(tmp_path: Path, setting: str,
     CostAwareScheduler.from_crawler(crawler)
 
 
-def test_jobdir_is_detected_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_jobdir_is_detected_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     crawler = get_crawler(Spider, {**ADDON, "JOBDIR": str(tmp_path / "job"), "COSTSCHED_STATE": str(tmp_path / "s")})
     crawler.spider = crawler._create_spider("s")
     CostAwareScheduler.from_crawler(crawler)

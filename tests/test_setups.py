@@ -95,6 +95,21 @@ def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     assert "costsched/visits" not in second.stats
     assert "costsched/unsent_at_close" not in second.stats
     assert crawls.page("/page/1")["visits"] == 1  # the cached copy says nothing about the page now
+    warning = next(line for line in second.log.splitlines() if "HTTP cache" in line)
+    assert "keeps pages for ever" in warning
+    assert "HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD" in warning
+
+
+def test_jobdir_disk_queues_keep_every_reservation(crawls: Crawls) -> None:
+    """With JOBDIR the scheduler's disk queues hand back copies of the requests: reservations must
+    still be found, or the budget looks spent by requests long answered."""
+    paths = "/page/1,/page/2,/page/3,/page/4,/page/5"
+    jobdir = f"JOBDIR={crawls.tmp / 'job'}"
+    crawls.run("COSTSCHED_BUDGET=20", jobdir, paths=paths)
+    second = crawls.run("COSTSCHED_BUDGET=3", jobdir, paths="")  # known pages only, re-issued from the plan
+    assert "costsched/unsent_at_close" not in second.stats
+    assert second.stats["costsched/spent"] == second.stats["downloader/request_count"] == 3  # robots.txt + 2
+    assert second.stats["costsched/visits"] == 2
 
 
 def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> None:
