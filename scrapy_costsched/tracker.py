@@ -250,9 +250,10 @@ class Tracker:
         spent = self.ledger.spent_this_run
         changed = get("costsched/changed", 0)
         logger.info(
-            "costsched: run finished (%s): %d visits, %d changed, %d unchanged, %d failed; spent %g %s%s; "
-            "%s; next period starts in %.1f h",
-            reason, get("costsched/visits", 0), changed, get("costsched/unchanged", 0), get("costsched/failed", 0),
+            "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged, %d failed; "
+            "spent %g %s%s; %s; next period starts in %.1f h",
+            reason, get("costsched/visits", 0), get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
+            get("costsched/failed", 0),
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
