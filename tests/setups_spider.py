@@ -2,7 +2,8 @@
 
 ``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes ``/page/6`` chain a sub-request
 (with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
-``-a callbacks=lambda`` parses with a lambda. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
+``-a callbacks=lambda`` parses with a lambda; ``-a odd=1`` adds a set field (iterated in a different order
+in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
 
@@ -27,7 +28,7 @@ class SetupsSpider(scrapy.Spider):
     }
 
     def __init__(self, site: str = "", stats_file: str = "", paths: str = "", chain: str = "", allowed: str = "",
-                 callbacks: str = "methods", **kwargs: Any) -> None:
+                 callbacks: str = "methods", odd: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.stats_file = stats_file
@@ -36,6 +37,7 @@ class SetupsSpider(scrapy.Spider):
         if allowed:
             self.allowed_domains = allowed.split(",")
         self.lambdas = callbacks == "lambda"
+        self.odd = bool(odd)
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> SetupsSpider:
@@ -59,7 +61,11 @@ class SetupsSpider(scrapy.Spider):
             yield response.follow("/redirect/7", callback=self.parse_second_half, meta=response.meta,
                                   cb_kwargs={"first": title})
             return
-        yield {"url": response.url, "title": title}
+        item: dict[str, Any] = {"url": response.url, "title": title}
+        if self.odd:
+            item["tags"] = {f"tag-{n}" for n in range(20)}
+            item["specs"] = {1: "one", "b": 2}
+        yield item
 
     def parse_second_half(self, response: Any, first: str) -> Any:
         yield {"url": response.url, "title": f"{first} + {response.css('h1::text').get()}"}
