@@ -97,3 +97,18 @@ def test_fields_that_change_with_the_page_are_not_reported(site: NewsSite, tmp_p
         assert result.returncode == 0, result.log[-3000:]
         assert "changes on nearly every visit" not in result.log
     assert result.stats.get("costsched/unchanged", 0) > 0
+
+
+def test_a_start_url_left_out_of_a_run_is_logged_and_counted(site: NewsSite, tmp_path: Path) -> None:
+    site.set_day(0)
+    assert run_news(site, tmp_path / "crawl", tag="day0").returncode == 0
+    site.set_day(1)
+    site.reset_counts()
+    # robots.txt and two visits: the front page, which reveals nothing new, ranks below the sections.
+    tight = run_news(site, tmp_path / "crawl", budget=3, tag="day1")
+    assert tight.returncode == 0, tight.log[-3000:]
+    assert "/" not in site.hits
+    assert tight.stats["costsched/skipped/start_url"] == 1
+    line = next(line for line in tight.log.splitlines() if "start URL" in line)
+    assert "INFO" in line
+    assert f"{site.url}/ not visited in this run" in line
