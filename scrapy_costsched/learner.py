@@ -20,6 +20,8 @@ from scrapy_costsched.pages import PageState, Summary
 from scrapy_costsched.records import record_hash
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_costsched.hosts import HostBook
@@ -108,19 +110,24 @@ class Learner:
             self.stats.inc_value("costsched/last_modified/dated_changes")
         return age_days
 
-    def refit_priors(self, seed: int) -> int:
+    def refit_priors(self, seed: int, groups: Iterable[tuple[str, str]] | None = None) -> int:
         """Refit each observed group's prior by marginal likelihood on a sample of its pages.
 
-        Reads and writes the store only (the caller flushed its page cache), so it may
-        run in a worker thread. Returns the number of priors refitted.
+        *groups* are every known page's key and group, if the caller has them (else they
+        are read from the store). Reads and writes the store only (the caller
+        flushed its page cache), so it may run in a worker thread. Returns the number of
+        priors refitted.
         """
         if not self.observed_groups:
             return 0
+        if groups is None:
+            groups = ((key, Summary.from_row(row).group) for key, row in self.store.iter_summaries())
         members: dict[str, list[str]] = {group: [] for group in self.observed_groups}
-        for key, row in self.store.iter_summaries():
-            group = Summary.from_row(row).group
+        for key, group in groups:
             if group in members:
                 members[group].append(key)
+        for keys in members.values():
+            keys.sort()  # the sample depends on the order
         rng = random.Random(seed)
         refitted = 0
         for group, keys in members.items():

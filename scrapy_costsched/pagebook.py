@@ -5,13 +5,18 @@ the most recently used :data:`CACHE_PAGES` stay decoded in memory. A page is
 written back (full record and planning row) only when it was marked changed,
 at the next :meth:`PageBook.flush` or when it leaves the cache; both happen
 before a commit, so a commit holds every change made before it.
+
+Planning reads every page's summary once (:meth:`PageBook.summaries`); the
+book keeps from it, for every known page, the little that decides whether a
+page is known and whether a sighting would change how planning sees it
+(:class:`Profile`), so those questions cost no read of the store.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy_costsched.pages import PageState, Summary
 
@@ -28,6 +33,22 @@ logger = logging.getLogger(__name__)
 CACHE_PAGES = 2048
 
 
+class Profile(NamedTuple):
+    """What planning sees of a page that a sighting may change (fields of :class:`Summary`).
+
+    Pages share equal profiles, so the index of a large crawl holds few of them, by number.
+    """
+
+    value: Any
+    group: str
+    cost: float | None
+    has_template: bool
+
+    @classmethod
+    def of(cls, summary: Summary) -> Profile:
+        return cls(summary.value, summary.group, summary.cost, summary.has_template)
+
+
 class PageBook:
     """Pages by request fingerprint: read through the cache, changes written back once."""
 
@@ -37,15 +58,35 @@ class PageBook:
         self.capacity = capacity
         self._cache: OrderedDict[str, PageState] = OrderedDict()
         self._dirty: set[str] = set()
+        # Every known page's profile number, once summaries() read them all; kept current by _write.
+        # Numbers rather than the profiles: a dict of strings and ints is not tracked by the cyclic
+        # garbage collector, which would otherwise scan every entry at each full collection.
+        self._index: dict[str, int] | None = None
+        self._profiles: list[Profile] = []
+        self._numbers: dict[tuple[Any, str, float | None, bool], int] = {}
 
     def get(self, key: str) -> PageState | None:
         page = self._cache.get(key)
         if page is not None:
             self._cache.move_to_end(key)
             return page
+        if self._index is not None and key not in self._index:
+            return None  # the index holds every stored page
         data = self.store.get_page(key)
-        if data is None:
-            return None
+        return None if data is None else self._decode(key, data)
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Read the pages of *keys* that are not in the cache in one go (they are about to be used)."""
+        missing = [key for key in keys if key not in self._cache and (self._index is None or key in self._index)]
+        if len(missing) < 2:
+            return
+        for key, data in self.store.get_pages(missing):
+            try:
+                self._insert(key, PageState.from_json(data))
+            except ValueError:
+                continue  # reported when it is read for use
+
+    def _decode(self, key: str, data: Any) -> PageState | None:
         try:
             page = PageState.from_json(data)
         except ValueError as exc:
@@ -70,7 +111,50 @@ class PageBook:
 
     def _write(self, key: str, page: PageState) -> None:
         self._dirty.discard(key)
-        self.store.put_page(key, page.to_json(), page.summary())
+        summary = page.summary()
+        self.store.put_page(key, page.to_json(), summary)
+        if self._index is not None:
+            self._index[key] = self._number(Summary.from_row(summary))
+
+    def _number(self, summary: Summary) -> int:
+        """The number of *summary*'s profile (a new one if no page had it)."""
+        fields = (summary.value, summary.group, summary.cost, summary.has_template)
+        try:
+            number = self._numbers.get(fields)
+        except TypeError:  # an unhashable stored value: a profile of its own
+            number = None
+        else:
+            if number is not None:
+                return number
+            self._numbers[fields] = len(self._profiles)
+        self._profiles.append(Profile(*fields))
+        return len(self._profiles) - 1
+
+    def known(self, key: str) -> bool:
+        """Whether page *key* is known (stored, or new in this run); without a read once planning indexed them."""
+        if self._index is None:
+            return self.get(key) is not None
+        return key in self._cache or key in self._index
+
+    def profile(self, key: str) -> Profile | None:
+        """What planning sees of page *key* that a sighting may change; ``None`` if it is unknown or not
+        indexed yet (then read the page)."""
+        page = self._cache.get(key)
+        if page is not None:
+            return Profile.of(Summary.from_row(page.summary()))
+        number = self._index.get(key) if self._index is not None else None
+        return self._profiles[number] if number is not None else None
+
+    def groups(self) -> Iterator[tuple[str, str]]:
+        """Every known page's key and group as last written (after :meth:`summaries`)."""
+        assert self._index is not None, "the known pages are not indexed"
+        profiles = self._profiles
+        for key, number in self._index.items():
+            yield key, profiles[number].group
+
+    @property
+    def indexed(self) -> bool:
+        return self._index is not None
 
     def flush(self) -> None:
         """Write every changed page (before a commit)."""
@@ -78,7 +162,15 @@ class PageBook:
             self._write(key, self._cache[key])
 
     def summaries(self) -> Iterator[tuple[str, Summary]]:
-        """Every page as planning sees it, read from the store's compact rows (flush first)."""
+        """Every page as planning sees it, read from the store's compact rows (flush first).
+
+        Read to the end, it indexes every known page (:meth:`known`, :meth:`profile`).
+        """
         self.flush()
+        index: dict[str, int] = {}
+        number, fields = self._number, len(Summary._fields)
         for key, row in self.store.iter_summaries():
-            yield key, Summary.from_row(row)
+            summary = Summary._make(row) if len(row) == fields else Summary.from_row(row)
+            index[key] = number(summary)
+            yield key, summary
+        self._index = index

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import logging
 import math
 import time
+from array import array
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -22,6 +25,8 @@ from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, VISIT_META
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -112,6 +117,29 @@ class PlannedVisitsPass(BaseDupeFilter):
         return getattr(self.inner, name)
 
 
+class _Ranking:
+    """The ranking, best first, as the plan reads it: each candidate's key, cost and whether its page
+    was never fetched.
+
+    Parallel arrays rather than the candidates: a plan ranks every known page, and a few hundred
+    thousand live tuples would be scanned by every full garbage collection for the rest of the
+    crawl. The keys are a tuple of strings, which the collector stops tracking.
+    """
+
+    def __init__(self) -> None:
+        self.keys: tuple[str, ...] = ()
+        self.costs = array("d")
+        self.never_fetched = bytearray()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(self, candidates: Sequence[Candidate]) -> None:
+        self.keys += tuple(map(itemgetter(0), candidates))
+        self.costs.extend(map(itemgetter(4), candidates))
+        self.never_fetched.extend(map(math.inf.__eq__, map(itemgetter(3), candidates)))
+
+
 class CostAwareScheduler(BaseScheduler):
     """Wraps the previous scheduler and decides which requests reach it.
 
@@ -147,7 +175,7 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and isinstance(inner_filter, BaseDupeFilter):
             fallback.df = PlannedVisitsPass(inner_filter)  # type: ignore[attr-defined]
         self._dispatched: set[str] = set()
-        self._ranking: list[Candidate] = []
+        self._ranking = _Ranking()
         self._cursor = 0
         self._plan_end = 0
         self._planned: set[str] = set()
@@ -159,6 +187,7 @@ class CostAwareScheduler(BaseScheduler):
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
         self._deferred: list[str] = []
+        self._frozen = False
         crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
 
     @classmethod
@@ -188,16 +217,40 @@ class CostAwareScheduler(BaseScheduler):
         if not self.budgeted:
             return self.fallback.open(spider)
         planned: Deferred[None] = deferToThread(self._plan)
+        planned.addCallback(self._freeze)
         planned.addCallback(lambda _: self.fallback.open(spider))
         return planned
+
+    def _freeze(self, _: None) -> None:
+        """Take what is alive once the plan is made out of the cyclic garbage collector's sight.
+
+        That is what lives as long as the crawl: Scrapy's modules and components, the ranking
+        and the page index. Each full collection, which the crawl's own garbage triggers every
+        hundred requests or so, would otherwise scan all of it again; frozen (:func:`gc.freeze`),
+        it is not scanned until :meth:`close` unfreezes it. Freezing is process-wide, so objects
+        frozen by others are unfrozen at close too.
+        """
+        gc.freeze()
+        self._frozen = True
 
     def _plan(self) -> None:
         started = time.perf_counter()
         remaining = self.tracker.ledger.remaining()
         now = self.tracker.now()
-        self._ranking = [c for _, c in rank(self.tracker.candidates(now), self.config.objective, cycle=self.cycle)]
-        reserve = max(remaining, 0.0) * self.config.reserve_discovery
-        planned = self._plan_prefix(remaining - reserve)
+        # A plan allocates a few objects per known page and no reference cycles, so the cyclic
+        # collector would only rescan them as they pile up: it is off until the plan is made.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            ranking = list(map(itemgetter(1), rank(self.tracker.candidates(now), self.config.objective,
+                                                   cycle=self.cycle)))
+            reserve = max(remaining, 0.0) * self.config.reserve_discovery
+            planned = self._plan_prefix(ranking, remaining - reserve)
+            self._ranking.extend(ranking)
+            del ranking
+        finally:
+            if collecting:
+                gc.enable()
         self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
         self._held = sum(c.cost for c in planned if c.key in self.tracker.yield_only)
@@ -215,27 +268,31 @@ class CostAwareScheduler(BaseScheduler):
                     "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
                     len(self._ranking), self._discovery_allowance)
 
-    def _plan_prefix(self, budget: float) -> list[Candidate]:
-        """The ranking's longest prefix that *budget* pays for, a hub's visit together with the new
+    @staticmethod
+    def _plan_prefix(ranking: list[Candidate], budget: float) -> list[Candidate]:
+        """The *ranking*'s longest prefix that *budget* pays for, a hub's visit together with the new
         pages it is expected to reveal (:func:`~.scoring.discovery_spend`): the hub is worth
         visiting only if they can be fetched too."""
         def bundle(candidate: Candidate) -> Candidate:
             return candidate._replace(cost=candidate.cost + min(discovery_spend(candidate), budget))
 
-        return self._ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in self._ranking), budget))]
+        return ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in ranking), budget))]
 
     def _available(self) -> float:
         """What the next visit may spend: the ledger's remaining budget less what planned pages hold."""
         return self.tracker.ledger.remaining() - self._held
 
-    def _budgeted(self, candidate: Candidate) -> Candidate:
+    def _budgeted_cost(self, position: int) -> float:
         """Leftovers plan a page only the spider can yield (no stored template) at no cost: it goes
         out only if the spider yields it again, so its budget goes to the next pages meanwhile."""
-        return candidate._replace(cost=0.0) if candidate.key in self.tracker.yield_only else candidate
+        return 0.0 if self._ranking.keys[position] in self.tracker.yield_only else self._ranking.costs[position]
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Close the wrapped scheduler, then release what ``open()`` took: the state store and its lock."""
         closed = self.fallback.close(reason)
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
         if not self.config.enabled:
             return closed
         finished = self.tracker.close(reason)
@@ -263,10 +320,10 @@ class CostAwareScheduler(BaseScheduler):
 
     def _next_planned_fits(self) -> bool:
         self._skip_dispatched()
-        return self._cursor < self._plan_end and self._ranking[self._cursor].cost <= self._available()
+        return self._cursor < self._plan_end and self._ranking.costs[self._cursor] <= self._available()
 
     def _skip_dispatched(self) -> None:
-        while self._cursor < self._plan_end and self._ranking[self._cursor].key in self._dispatched:
+        while self._cursor < self._plan_end and self._ranking.keys[self._cursor] in self._dispatched:
             self._cursor += 1
 
     def enqueue_request(self, request: Request) -> bool:
@@ -279,6 +336,8 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and key in self._dispatched:
             self.stats.inc_value("costsched/skipped/duplicate")
             return False
+        if self.budgeted and key not in self._planned and self.tracker.sighting_changes_nothing(request, key):
+            return self._not_planned(request)
         page, new = self.tracker.sighting(request, key)
         reason = "discovery" if page.last_visit is None else "refresh"
         if not self.budgeted:
@@ -287,12 +346,7 @@ class CostAwareScheduler(BaseScheduler):
         cost = self.tracker.planned_cost(request.meta)
         if not new:
             if key not in self._planned:
-                self.stats.inc_value("costsched/skipped/not_planned")
-                if request.meta.get("is_start_request"):
-                    self.stats.inc_value("costsched/skipped/start_url")
-                    logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
-                                "pays for (nothing new expected from it yet)", request.url)
-                return False
+                return self._not_planned(request)
             return self._admit(request, key, cost, reason)
         if self._discovery_spent + cost > self._discovery_allowance:
             self._defer(key)
@@ -302,13 +356,22 @@ class CostAwareScheduler(BaseScheduler):
         heapq.heappush(self._discovery, (-index, next(self._arrivals), key, request))
         return True
 
+    def _not_planned(self, request: Request) -> bool:
+        """A known page outside the plan: skipped."""
+        self.stats.inc_value("costsched/skipped/not_planned")
+        if request.meta.get("is_start_request"):
+            self.stats.inc_value("costsched/skipped/start_url")
+            logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
+                        "pays for (nothing new expected from it yet)", request.url)
+        return False
+
     def _defer(self, key: str) -> None:
         """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""
         self._deferred.append(key)
         self.stats.inc_value("costsched/skipped/discovery_deferred")
 
     def _set_plan_end(self, end: int) -> None:
-        self._planned.update(c.key for c in self._ranking[self._plan_end:end])
+        self._planned.update(self._ranking.keys[self._plan_end:end])
         self._plan_end = end
 
     def _enqueue_attempt(self, request: Request) -> bool:
@@ -364,15 +427,20 @@ class CostAwareScheduler(BaseScheduler):
             cost = self.tracker.planned_cost(new_request.meta)
             self._discovery_spent += cost
             moved += self._admit(new_request, key, cost, "discovery")
+        if self._next_planned_fits():
+            upcoming = self._ranking.keys[self._cursor:min(self._cursor + TOP_UP, self._plan_end)]
+            self.tracker.prefetch([key for key in upcoming if key not in self._dispatched
+                                   and key not in self.tracker.yield_only])
         while moved < TOP_UP and self._next_planned_fits():
-            candidate = self._ranking[self._cursor]
+            position = self._cursor
             self._cursor += 1
-            request = self._reissue(candidate.key)
+            key = self._ranking.keys[position]
+            request = self._reissue(key)
             if request is None:
                 continue
             request.priority += REFRESH_PRIORITY_OFFSET
-            reason = "discovery" if candidate.elapsed == math.inf else "refresh"
-            moved += self._admit(request, candidate.key, candidate.cost, reason)
+            reason = "discovery" if self._ranking.never_fetched[position] else "refresh"
+            moved += self._admit(request, key, self._ranking.costs[position], reason)
         return moved > 0
 
     def _spider_idle(self, spider: Spider) -> None:
@@ -383,15 +451,15 @@ class CostAwareScheduler(BaseScheduler):
         while self._discovery:
             self._defer(heapq.heappop(self._discovery)[2])
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
-            deferred = set(self._deferred) - {c.key for c in self._ranking} - self._dispatched
+            deferred = set(self._deferred) - set(self._ranking.keys) - self._dispatched
             extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred]
-            self._ranking.extend(c for _, c in rank(extra, self.config.objective, cycle=self.cycle))
+            self._ranking.extend([c for _, c in rank(extra, self.config.objective, cycle=self.cycle)])
             self._deferred = []
         self._extend_plan()
         while self._next_planned_fits():
-            candidate = self._ranking[self._cursor]
+            key = self._ranking.keys[self._cursor]
             self._cursor += 1
-            request = self._reissue(candidate.key)
+            request = self._reissue(key)
             if request is None:
                 continue
             # Through the engine, so it wakes now rather than at its next heartbeat.
@@ -414,10 +482,10 @@ class CostAwareScheduler(BaseScheduler):
         budget = self.tracker.ledger.remaining()
         end = self._cursor
         while end < len(self._ranking):
-            candidate = self._budgeted(self._ranking[end])
-            if candidate.key not in self._dispatched:
-                if candidate.cost > budget:
+            if self._ranking.keys[end] not in self._dispatched:
+                cost = self._budgeted_cost(end)
+                if cost > budget:
                     break
-                budget -= candidate.cost
+                budget -= cost
             end += 1
         self._set_plan_end(max(self._plan_end, end))

@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 SCHEMA_FORMAT = "scrapy-costsched"
 TABLE = "costsched"
+#: Rows fetched at a time when iterating over pages or summaries.
+READ_CHUNK = 4096
+#: Values bound to one statement (SQLite before 3.32 allows 999).
+MAX_VARIABLES = 500
+#: Encoded rows kept before they are handed to sqlitedict in any case.
+PENDING_ROWS = 1000
+
+_NOT_OPEN = "the costsched state store is not open"
 
 logger = logging.getLogger(__name__)
 
@@ -56,24 +64,55 @@ class StateStorage(Protocol):
 
     def get_page(self, fingerprint: str) -> dict[str, Any] | None: ...
 
+    def get_pages(self, fingerprints: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The stored pages among *fingerprints*, in one read (``get_page`` of each, in no particular order)."""
+
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None: ...
 
-    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]: ...
+    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
+        """Every page's fingerprint and summary, in no particular order."""
 
-    def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]: ...
+    def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every page's fingerprint and full record, in no particular order."""
 
 
 def _encode(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+def _decode_all(texts: list[str]) -> list[Any]:
+    """``json.loads`` of each text, in one call when they all parse as they should.
+
+    For short rows the call costs more than the parsing; a text that is not one JSON value
+    shows as a parse error or a wrong count, and then each is parsed alone (and raises).
+    """
+    try:
+        values = json.loads(f"[{','.join(texts)}]")
+    except (TypeError, ValueError):
+        values = None
+    if not isinstance(values, list) or len(values) != len(texts):
+        return [json.loads(text) for text in texts]
+    return values
+
+
 class SqliteDictStorage:
-    """The default store: one SQLite file through sqlitedict, locked to one process."""
+    """The default store: one SQLite file through sqlitedict, locked to one process.
+
+    sqlitedict runs every statement in a thread of its own, which must take the GIL
+    from the crawl for each statement it takes off its queue and each row it hands
+    back. So writes are kept encoded here and handed over a few hundred rows to a
+    statement (at the latest before a commit, a close or a meta read), and pages are
+    read through a read-only connection of our own, except those written since the
+    last commit, which only sqlitedict's connection sees.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock: IO[str] | None = None
         self._db: SqliteDict | None = None
+        self._pending: dict[str, str] = {}  # encoded rows not handed to sqlitedict yet, by key
+        self._uncommitted: set[str] = set()  # keys handed to sqlitedict since the last commit
+        self._reader_conn: sqlite3.Connection | None = None
 
     @classmethod
     def from_uri(cls, uri: str) -> SqliteDictStorage:
@@ -183,10 +222,15 @@ class SqliteDictStorage:
         return not journal.exists()
 
     def close(self) -> None:
+        if self._reader_conn is not None:
+            self._reader_conn.close()
+            self._reader_conn = None
         if self._db is not None:
+            self._write_pending()
             self._db.commit(blocking=True)
             self._db.close()
             self._db = None
+        self._uncommitted.clear()
         self._release()
 
     def _release(self) -> None:
@@ -199,32 +243,103 @@ class SqliteDictStorage:
     @property
     def db(self) -> SqliteDict:
         if self._db is None:
-            raise StateError("the costsched state store is not open")
+            raise StateError(_NOT_OPEN)
         return self._db
 
     def commit(self) -> None:
+        self._write_pending()
         self.db.commit(blocking=True)
+        self._uncommitted.clear()
 
     def get_meta(self, key: str) -> Any:
+        self._write_pending()  # a read is a round trip: whoever waits for it expects the writes before it done
         return self.db.get(f"meta:{key}")
 
     def set_meta(self, key: str, value: Any) -> None:
-        self.db[f"meta:{key}"] = value
+        self._put(f"meta:{key}", value)
 
     def get_page(self, fingerprint: str) -> dict[str, Any] | None:
-        page: dict[str, Any] | None = self.db.get(f"page:{fingerprint}")
-        return page
+        return next((page for _, page in self.get_pages([fingerprint])), None)
+
+    def get_pages(self, fingerprints: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        committed: list[str] = []
+        uncommitted: list[str] = []
+        for fingerprint in fingerprints:
+            key = f"page:{fingerprint}"
+            pending = self._pending.get(key)
+            if pending is not None:
+                yield fingerprint, json.loads(pending)
+            else:
+                (uncommitted if key in self._uncommitted else committed).append(key)
+        for keys, read in ((uncommitted, self._select), (committed, self._read)):
+            for start in range(0, len(keys), MAX_VARIABLES):
+                chunk = keys[start:start + MAX_VARIABLES]
+                query = f'SELECT key, value FROM "{TABLE}" WHERE key IN ({",".join("?" * len(chunk))})'
+                for key, value in read(query, chunk):
+                    yield key.removeprefix("page:"), json.loads(value)
+
+    def _select(self, query: str, args: list[str]) -> list[tuple[str, str]]:
+        return list(self.db.conn.select(query, args))
+
+    def _read(self, query: str, args: list[str]) -> list[tuple[str, str]]:
+        """*query* on our read-only connection, or through sqlitedict while its writer locks the file.
+
+        That happens only when a transaction outgrows SQLite's page cache and spills into the
+        file before its commit; then nothing but sqlitedict's own connection can read.
+        """
+        if self._db is None:
+            raise StateError(_NOT_OPEN)
+        if self._reader_conn is None:
+            # Any thread may use it, one at a time (the crawl, then the close); it never waits for a lock.
+            self._reader_conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=0,
+                                                check_same_thread=False)
+        try:
+            return self._reader_conn.execute(query, args).fetchall()
+        except sqlite3.OperationalError:
+            return self._select(query, args)
 
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None:
-        self.db[f"page:{fingerprint}"] = page
-        self.db[f"plan:{fingerprint}"] = summary
+        self._put(f"page:{fingerprint}", page)
+        self._put(f"plan:{fingerprint}", summary)
+
+    def _put(self, key: str, value: Any) -> None:
+        if self._db is None:
+            raise StateError(_NOT_OPEN)
+        self._pending[key] = _encode(value)
+        if len(self._pending) >= PENDING_ROWS:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Hand the pending rows to sqlitedict, :data:`MAX_VARIABLES` values to a statement."""
+        rows = list(self._pending.items())
+        self._pending.clear()
+        self._uncommitted.update(key for key, _ in rows)
+        per_statement = MAX_VARIABLES // 2
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start:start + per_statement]
+            self.db.conn.execute(f'REPLACE INTO "{TABLE}" (key, value) VALUES {",".join(["(?,?)"] * len(chunk))}',
+                                 [field for row in chunk for field in row])
 
     def _range(self, prefix: str) -> Iterator[tuple[str, Any]]:
-        # A key-range scan on the primary key: only the rows asked for are read and decoded.
-        query = f'SELECT key, value FROM "{TABLE}" WHERE key >= ? AND key < ? ORDER BY key'
+        """Rows whose key starts with *prefix*, read through a connection of our own, in no particular order.
+
+        sqlitedict hands a select's rows one at a time through a queue from its thread, which
+        costs more than reading them (seconds for a few hundred thousand pages); our own
+        connection sees only what is committed, so what was written is committed first. The
+        table is scanned in storage order rather than through the key index: a page's two rows
+        were written together, so key order jumps across the whole file at every row.
+        """
+        self.commit()
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        for key, value in self.db.conn.select(query, (prefix, end)):
-            yield key[len(prefix):], json.loads(value)
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            # "+key": the condition is not one the key index can serve, so SQLite scans the table.
+            rows = conn.execute(f'SELECT key, value FROM "{TABLE}" WHERE +key >= ? AND +key < ?', (prefix, end))
+            while chunk := rows.fetchmany(READ_CHUNK):
+                for (key, _), value in zip(chunk, _decode_all([value for _, value in chunk]), strict=True):
+                    yield key[len(prefix):], value
+        finally:
+            conn.close()
 
     def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
         yield from self._range("plan:")

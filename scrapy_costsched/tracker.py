@@ -238,7 +238,9 @@ class Tracker:
     def _finish(self) -> None:
         assert self.store is not None
         try:
-            refitted = self.learner.refit_priors(seed=self.ledger.period)
+            # Planning indexed every known page with its group: no need to read them all again.
+            groups = self.pages.groups() if self.pages.indexed else None
+            refitted = self.learner.refit_priors(seed=self.ledger.period, groups=groups)
             self.stats.set_value("costsched/priors_refitted", refitted)
         finally:
             self.store.close()
@@ -357,6 +359,26 @@ class Tracker:
             self.pages.changed(key, page)
         return page, new
 
+    def sighting_changes_nothing(self, request: Request, key: str) -> bool:
+        """Whether *request* is of a known page whose :meth:`sighting` would leave it as planning sees it.
+
+        Its value would not rise, and its type, its cost override and whether it has a template
+        would stay, so a known page outside the plan can be skipped without reading it (which
+        costs more than the rest of a crawl's work for the page). Its stored template is then
+        not rebuilt: it is refreshed when the spider yields the page in a run that plans it.
+        """
+        profile = self.pages.profile(key)
+        if profile is None or not profile.has_template:
+            return False
+        meta_type = request.meta.get("costsched_page_type")
+        if meta_type is not None and meta_type != profile.group.partition("|")[2]:  # no "|" in a host name
+            return False
+        cost = request.meta.get("costsched_cost")
+        if cost != profile.cost or isinstance(cost, bool):  # a stored override is a valid one
+            return False
+        raw_value = self._value_from(request, request.meta.get("costsched_value"))
+        return raw_value is None or self.resolve_value(raw_value) <= self.resolve_value(profile.value)
+
     def _note_unstorable(self, request: Request) -> None:
         callback = request.callback
         name = getattr(callback, "__qualname__", None) or repr(callback)
@@ -372,6 +394,10 @@ class Tracker:
             "costsched: callbacks %s are not methods of the spider, so their pages cannot be re-issued from "
             "the state: they are visited only when the spider yields them. Make them spider methods to let "
             "the scheduler revisit those pages on its own.", ", ".join(repr(n) for n in names))
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Read the known pages of *keys* in one go: :meth:`request_for` is about to re-issue them."""
+        self.pages.prefetch(keys)
 
     def request_for(self, key: str) -> Request | None:
         """Re-issue a known page from its stored template (the spider's value hook is asked again)."""
@@ -417,17 +443,30 @@ class Tracker:
         for its rare re-check. Pages without a stored template (their callback is not
         a spider method) are noted in :attr:`yield_only`: only the spider can yield them.
         """
-        result = []
+        result: list[Candidate] = []
+        append = result.append
+        default_cost = self.billing.expected_cost(None)
+        # Looked up once per plan rather than once per page: tiers by name, and priors by group.
+        tiers: dict[str, float] = {}
+        priors: dict[str, float] = {}
         for key, row in self.pages.summaries():
-            if row.not_before is not None and row.not_before > now:
+            last_visit, rate, raw_value, _, has_template, group, cost, rate_low, rate_high, not_before, links = row
+            if not_before is not None and not_before > now:
                 continue
-            if not row.has_template:
+            if not has_template:
                 self.yield_only.add(key)
-            rate = row.rate if row.rate is not None else self.prior_rate(row.group)
-            elapsed = math.inf if row.last_visit is None else max(now - row.last_visit, 0.0) / DAY
-            cost = row.cost if row.cost is not None else self.billing.expected_cost(None)
-            result.append(Candidate(key, self.resolve_value(row.value), rate, elapsed, cost, None,
-                                    row.rate_low, row.rate_high, self._hub(row)))
+            if rate is None:
+                if group not in priors:
+                    priors[group] = self.prior_rate(group)
+                rate = priors[group]
+            value = tiers.get(raw_value) if isinstance(raw_value, str) else None
+            if value is None:
+                value = self.resolve_value(raw_value)
+                if isinstance(raw_value, str):
+                    tiers[raw_value] = value
+            elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
+            append(Candidate(key, value, rate, elapsed, cost if cost is not None else default_cost, None,
+                             rate_low, rate_high, None if links is None else self._hub(row)))
         return result
 
     def _hub(self, row: Summary) -> Discovery | None:
@@ -555,7 +594,7 @@ class Tracker:
         if request.url in visit.outlinks:
             return
         visit.outlinks.add(request.url)
-        if self.page(self.fingerprint(request)) is None:
+        if not self.pages.known(self.fingerprint(request)):
             visit.new_links += 1
 
     def add_subrequest(self, visit: Visit, request: Request) -> None:
