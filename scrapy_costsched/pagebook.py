@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy_costsched.pages import PageState, Summary
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from scrapy.statscollectors import StatsCollector
 
@@ -160,6 +160,13 @@ class PageBook:
         """Write every changed page (before a commit)."""
         for key in list(self._dirty):
             self._write(key, self._cache[key])
+
+    def summaries_of(self, keys: Iterable[str]) -> Iterator[tuple[str, Summary]]:
+        """The pages of *keys* that are known, as :meth:`summaries` would show them."""
+        for key in keys:
+            page = self.get(key)
+            if page is not None:
+                yield key, Summary.from_row(page.summary())
 
     def summaries(self) -> Iterator[tuple[str, Summary]]:
         """Every page as planning sees it, read from the store's compact rows (flush first).

@@ -452,7 +452,7 @@ class CostAwareScheduler(BaseScheduler):
             self._defer(heapq.heappop(self._discovery)[2])
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
             deferred = set(self._deferred) - set(self._ranking.keys) - self._dispatched
-            extra = [c for c in self.tracker.candidates(self.tracker.now()) if c.key in deferred]
+            extra = self.tracker.candidates(self.tracker.now(), deferred)
             self._ranking.extend([c for _, c in rank(extra, self.config.objective, cycle=self.cycle)])
             self._deferred = []
         self._extend_plan()

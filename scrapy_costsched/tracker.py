@@ -41,6 +41,8 @@ from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VIS
 from scrapy_costsched.volatility import VolatileFields
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -436,8 +438,8 @@ class Tracker:
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
 
-    def candidates(self, now: float) -> list[Candidate]:
-        """Every known, live page that may be visited now, as planning sees it.
+    def candidates(self, now: float, keys: Iterable[str] | None = None) -> list[Candidate]:
+        """Every known, live page (or those of *keys*) that may be visited now, as planning sees it.
 
         Pages waiting out a failure backoff are left out; a retired page comes back
         for its rare re-check. Pages without a stored template (their callback is not
@@ -449,7 +451,7 @@ class Tracker:
         # Looked up once per plan rather than once per page: tiers by name, and priors by group.
         tiers: dict[str, float] = {}
         priors: dict[str, float] = {}
-        for key, row in self.pages.summaries():
+        for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             last_visit, rate, raw_value, _, has_template, group, cost, rate_low, rate_high, not_before, links = row
             if not_before is not None and not_before > now:
                 continue
