@@ -2,8 +2,8 @@
 
 Values are JSON, never pickle: a state file must not be able to run code. Each
 page is kept twice: its full record (key ``page:<fingerprint>``) and a short
-summary row (``plan:<fingerprint>``) that planning reads by key range, so a large
-crawl plans without decoding every page's history. Everything lives in one table
+summary row (``plan:<fingerprint>``) that planning reads, so a large crawl plans
+without decoding every page's history. Everything lives in one table
 of one connection, so a commit is one SQLite transaction: a crash keeps all of a
 batch or none of it.
 """
