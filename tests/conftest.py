@@ -1,8 +1,29 @@
-"""In-process crawlers need an installed reactor on Scrapy 2.13 (``get_crawler`` asks for it); newer
-Scrapy installs one itself. The asyncio reactor is the one ``scrapy crawl`` uses by default."""
+"""Shared fixtures. In-process crawlers need an installed reactor on Scrapy 2.13 (``get_crawler`` asks for
+it); newer Scrapy installs one itself. The asyncio reactor is the one ``scrapy crawl`` uses by default."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import pytest
 from scrapy.utils.reactor import install_reactor
 
+from tests.helpers import DemoSite, start_site
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
 install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
+@pytest.fixture
+def tiny_shop(tmp_path: Path) -> Iterator[DemoSite]:
+    """A demo shop of six products on 127.0.0.1, for crawls that are refused before they fetch much."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
+    demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
+    yield demo
+    server.shutdown()
+    server.server_close()
+    mp.undo()

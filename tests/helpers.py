@@ -47,6 +47,17 @@ class CrawlResult:
     args: list[str] = field(default_factory=list)
 
 
+def crawl_options(budget: float | None, settings: dict[str, Any] | None,
+                  spider_args: dict[str, Any] | None) -> list[str]:
+    """The ``-s``/``-a`` options a test adds to a crawl: the budget, then its settings and spider arguments."""
+    options = [] if budget is None else ["-s", f"COSTSCHED_BUDGET={budget}"]
+    for name, value in (settings or {}).items():
+        options += ["-s", f"{name}={value}"]
+    for name, value in (spider_args or {}).items():
+        options += ["-a", f"{name}={value}"]
+    return options
+
+
 def crawl_command(site: DemoSite, workdir: Path, *, budget: float | None = None, state: Path | None = None,
                   settings: dict[str, Any] | None = None, spider_args: dict[str, Any] | None = None,
                   tag: str = "run") -> tuple[list[str], dict[str, str], Path, Path]:
@@ -57,13 +68,8 @@ def crawl_command(site: DemoSite, workdir: Path, *, budget: float | None = None,
     cmd = [sys.executable, "-m", "scrapy", "crawl", "shop", "-a", f"site={site.url}",
            "-a", f"categories={site.catalog.categories}",
            "-s", f"COSTSCHED_STATE={state or workdir / 'state.sqlite'}",
-           "-s", f"DEMO_STATS_FILE={stats_file}", "-O", f"{items_file}:jsonlines"]
-    if budget is not None:
-        cmd += ["-s", f"COSTSCHED_BUDGET={budget}"]
-    for name, value in (settings or {}).items():
-        cmd += ["-s", f"{name}={value}"]
-    for name, value in (spider_args or {}).items():
-        cmd += ["-a", f"{name}={value}"]
+           "-s", f"DEMO_STATS_FILE={stats_file}", "-O", f"{items_file}:jsonlines",
+           *crawl_options(budget, settings, spider_args)]
     env = dict(os.environ, DEMO_CLOCK_FILE=str(site.clock_file),
                PYTHONPATH=os.pathsep.join([str(PROJECT), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return cmd, env, stats_file, items_file

@@ -27,7 +27,7 @@ from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from tests.helpers import PROJECT, ROOT, CrawlResult
+from tests.helpers import PROJECT, ROOT, CrawlResult, crawl_options
 
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
@@ -404,17 +404,12 @@ def news_command(
     for stale in (stats_file, items_file):
         stale.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "scrapy", "crawl", "news", "-a", f"site={site.url}",
-           "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", "-s", f"NEWS_STATS_FILE={stats_file}",
-           "-O", f"{items_file}:jsonlines"]
-    if budget is not None:
-        cmd += ["-s", f"COSTSCHED_BUDGET={budget}"]
-    for name, value in (settings or {}).items():
-        cmd += ["-s", f"{name}={value}"]
-    for name, value in (spider_args or {}).items():
-        cmd += ["-a", f"{name}={value}"]
+           "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", "-s", f"DEMO_STATS_FILE={stats_file}",
+           "-O", f"{items_file}:jsonlines", *crawl_options(budget, settings, spider_args)]
     env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
     env["DEMO_CLOCK_FILE"] = str(site.clock_file)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    # The demo project lends the news project its stats-file extension.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), str(PROJECT), os.environ.get("PYTHONPATH", "")) if p)
     return cmd, env, stats_file, items_file
 
 

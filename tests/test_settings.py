@@ -7,10 +7,9 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_costsched.settings import DEFAULTS, Budget, Config, SettingError, parse_budget, parse_duration
-from tests.helpers import DemoSite, crawl, start_site
+from tests.helpers import DemoSite, crawl
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 #: Every boolean setting, found by its default, so a new one is checked too.
@@ -133,22 +132,11 @@ def test_billing_models_charge_what_their_plan_says() -> None:
 # -- a bad setting stops a real crawl with one line ------------------------------------------------
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[DemoSite]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
-    demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
-    yield demo
-    server.shutdown()
-    server.server_close()
-    mp.undo()
-
-
 @pytest.mark.parametrize(("name", "value"), [("COSTSCHED_BUDGET", "lots"), ("COSTSCHED_DROP_UNCHANGED", "maybe"),
                                              ("COSTSCHED_ENABLED", "maybe")])
 def test_a_bad_setting_stops_the_crawl_with_one_line_and_no_traceback(
-        site: DemoSite, tmp_path: Path, name: str, value: str) -> None:
-    result = crawl(site, tmp_path, settings={name: value})
+        tiny_shop: DemoSite, tmp_path: Path, name: str, value: str) -> None:
+    result = crawl(tiny_shop, tmp_path, settings={name: value})
     assert result.returncode != 0
     mentions = [line for line in result.log.splitlines() if value in line]
     assert len(mentions) == 1, result.log[-5000:]

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage, StateError, storage_from_uri
-from tests.helpers import ROOT, DemoSite, crawl, start_site
+from tests.helpers import ROOT, DemoSite, crawl
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 
@@ -168,27 +167,16 @@ def test_a_damaged_state_of_ours_is_refused_and_left_untouched(tmp_path: Path) -
 # -- a refused state stops a real crawl with one line ------------------------------------------------
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[DemoSite]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
-    demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
-    yield demo
-    server.shutdown()
-    server.server_close()
-    mp.undo()
-
-
 @pytest.mark.parametrize("kind", ["not sqlite", "damaged"])
 def test_a_refused_state_stops_the_crawl_with_one_line_and_no_traceback(
-        site: DemoSite, tmp_path: Path, kind: str) -> None:
+        tiny_shop: DemoSite, tmp_path: Path, kind: str) -> None:
     state = tmp_path / "state.sqlite"
     if kind == "damaged":
         damaged_state(state)
     else:
         state.write_bytes(b"not a database at all" * 50)
     before = digest(state)
-    result = crawl(site, tmp_path / "work", budget=10, state=state)
+    result = crawl(tiny_shop, tmp_path / "work", budget=10, state=state)
     assert result.returncode != 0
     mentions = [line for line in result.log.splitlines() if str(state) in line]
     assert len(mentions) == 1, result.log[-5000:]

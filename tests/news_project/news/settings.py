@@ -59,8 +59,9 @@ TELNETCONSOLE_ENABLED = False
 
 # Enable or disable extensions
 # See https://docs.scrapy.org/en/latest/topics/extensions.html
+# The tests read each run's final stats from DEMO_STATS_FILE (the demo project's extension).
 EXTENSIONS = {
-    "news.extensions.StatsFileExtension": 500,
+    "demo_shop.extensions.StatsFileExtension": 500,
 }
 
 # Configure item pipelines
