@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from email.utils import formatdate
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,9 +25,13 @@ if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
 
 from demo_site import clock
-from demo_site.catalog import DAY, EPOCH0, RATE_BUCKETS, TIERS, Catalog
+from demo_site.catalog import DAY, EPOCH0, RATE_BUCKETS, TIERS, Catalog, Product
 from demo_site.evaluate import Dataset, ScrapeMismatch, freshness, parse_price
-from demo_site.server import render, serve_in_thread
+from demo_site.server import HostMap, SiteServer, parse_host_spec, render, serve_in_thread
+from demo_site.wire import read_byte_log
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 WEIGHTS = {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0}
 
@@ -347,3 +356,330 @@ def test_server_last_modified_modes(catalog: Catalog, tmp_path: Path, monkeypatc
         server.server_close()
     with pytest.raises(ValueError, match="last_modified must be one of"):
         serve_in_thread(catalog, last_modified="sometimes")
+
+
+# -- hosts with validator modes, and the byte log ------------------------------------------------
+
+MODES = ("honour", "ignore", "rotate", "false304", "none")
+
+
+@pytest.fixture
+def multi_site(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MultiSite]:
+    """Five hosts, one per validator mode, with a byte log, at a time before a change of each test page."""
+    clock_file = tmp_path / "clock"
+    monkeypatch.setenv(clock.CLOCK_ENV, str(clock_file))
+    log = tmp_path / "bytes.jsonl"
+    site, url = serve_in_thread(catalog, hosts=MODES, byte_log=log)
+    try:
+        yield MultiSite(catalog, site, url, clock_file, log)
+    finally:
+        site.shutdown()
+        site.server_close()
+
+
+class MultiSite:
+    def __init__(self, catalog: Catalog, site: SiteServer, url: str, clock_file: Path, log: Path) -> None:
+        self.catalog, self.site, self.url, self.clock_file, self.log = catalog, site, url, clock_file, log
+        self.t = EPOCH0 + 3600
+        clock.set_clock(clock_file, self.t)
+        self._offset = 0
+
+    def product(self, mode: str) -> Product:
+        """The fastest-changing initial product on *mode*'s host (it changes within hours)."""
+        ids = self.site.products_on(mode, self.catalog, EPOCH0)
+        return max((self.catalog.product(pid) for pid in ids), key=lambda p: p.rate)
+
+    def url_of(self, product: Product) -> str:
+        return self.site.product_url(product.id)
+
+    def after_next_change(self, product: Product) -> None:
+        clock.set_clock(self.clock_file, self.catalog.version_end(product, self.catalog.version_at(product, self.t)))
+
+    def records(self) -> list[dict[str, Any]]:
+        """Byte log records since the last call."""
+        records, self._offset = read_byte_log(self.log, self._offset)
+        return records
+
+
+def test_hosts_are_distinct_addresses_and_listings_link_products_on_every_host(multi_site: MultiSite) -> None:
+    site, catalog = multi_site.site, multi_site.catalog
+    assert site.modes == MODES
+    assert [urllib.parse.urlsplit(u).hostname for u in site.urls] == [f"127.0.0.{i}" for i in range(1, 6)]
+    assert site.url == multi_site.url == site.url_for("honour") == site.urls[0]
+    with pytest.raises(KeyError):
+        site.url_for("sometimes")
+    status, _, body = _get(multi_site.url + "/category/0")
+    assert status == 200
+    hrefs = re.findall(r'class="product" href="([^"]+)"', body)
+    listed = catalog.listing_at(0, multi_site.t)
+    assert hrefs == [p.path if p.id % 5 == 0 else site.product_url(p.id) for p in listed]
+    everywhere = {urllib.parse.urlsplit(h).hostname for c in range(catalog.categories)
+                  for h in re.findall(r'class="product" href="([^"]+)"', _get(f"{site.url}/category/{c}")[2])}
+    assert everywhere == {None, "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}  # None: relative, main host
+    for url in site.urls:
+        assert _get(url + "/robots.txt")[0] == 200
+    assert _get(site.url_for("ignore") + "/category/0")[0] == 404  # listings live on the main host only
+    product = multi_site.product("rotate")
+    status, _, body = _get(multi_site.url_of(product))
+    assert status == 200
+    assert f'<a class="category" href="{site.url}/category/{product.category}">' in body
+    assert _get(f"{site.url}/product/{product.id}")[0] == 404  # a product lives on one host only
+
+
+def test_honour_answers_304_only_when_nothing_changed(multi_site: MultiSite) -> None:
+    product = multi_site.product("honour")
+    url = multi_site.url_of(product)
+    status, headers, _ = _get(url)
+    assert status == 200
+    etag, modified = headers["ETag"], headers["Last-Modified"]
+    old_date = formatdate(product.created - DAY, usegmt=True)
+    assert _get(url, {"If-None-Match": etag})[0] == 304
+    assert _get(url, {"If-None-Match": f'"x", W/{etag}'})[0] == 304
+    assert _get(url, {"If-Modified-Since": modified})[0] == 304
+    assert _get(url, {"If-None-Match": '"p0-v0"', "If-Modified-Since": modified})[0] == 200  # If-None-Match wins
+    assert _get(url, {"If-None-Match": etag, "If-Modified-Since": old_date})[0] == 304
+    multi_site.after_next_change(product)
+    assert _get(url, {"If-None-Match": etag})[0] == 200
+    assert _get(url, {"If-Modified-Since": modified})[0] == 200
+    records = multi_site.records()
+    assert [(r["status"], r["conditional"], r["changed_since_validators"]) for r in records] == [
+        (200, False, None), (304, True, False), (304, True, False), (304, True, False), (200, True, False),
+        (304, True, False), (200, True, True), (200, True, True),
+    ]  # fmt: skip
+    assert {(r["host"], r["mode"], r["path"]) for r in records} == {("127.0.0.1", "honour", product.path)}
+
+
+def test_ignore_sends_validators_but_always_answers_in_full(multi_site: MultiSite) -> None:
+    product = multi_site.product("ignore")
+    url = multi_site.url_of(product)
+    status, headers, body = _get(url)
+    assert status == 200
+    assert headers["ETag"] == f'"p{product.id}-v{multi_site.catalog.version_at(product, multi_site.t)}"'
+    assert headers["Last-Modified"] == formatdate(multi_site.catalog.last_modified(product, multi_site.t),
+                                                  usegmt=True)
+    both = {"If-None-Match": headers["ETag"], "If-Modified-Since": headers["Last-Modified"]}
+    for validators in ({"If-None-Match": headers["ETag"]}, {"If-Modified-Since": headers["Last-Modified"]}, both):
+        status, again, again_body = _get(url, validators)
+        assert (status, again_body) == (200, body)
+        assert (again["ETag"], again["Last-Modified"]) == (headers["ETag"], headers["Last-Modified"])
+    assert {(r["status"], r["changed_since_validators"]) for r in multi_site.records()[1:]} == {(200, False)}
+
+
+def test_rotate_changes_the_etag_every_time_and_honours_only_dates(multi_site: MultiSite) -> None:
+    product = multi_site.product("rotate")
+    url = multi_site.url_of(product)
+    first, second = _get(url)[1], _get(url)[1]
+    assert first["ETag"] != second["ETag"]
+    assert first["ETag"].startswith(f'"p{product.id}-v')
+    assert first["Last-Modified"] == second["Last-Modified"]
+    assert _get(url, {"If-None-Match": second["ETag"]})[0] == 200
+    assert _get(url, {"If-None-Match": "*"})[0] == 200
+    status, headers, _ = _get(url, {"If-Modified-Since": second["Last-Modified"]})
+    assert status == 304
+    assert headers["ETag"] not in (first["ETag"], second["ETag"])
+    assert _get(url, {"If-None-Match": second["ETag"], "If-Modified-Since": second["Last-Modified"]})[0] == 200
+    multi_site.after_next_change(product)
+    assert _get(url, {"If-Modified-Since": second["Last-Modified"]})[0] == 200
+    changed = [r["changed_since_validators"] for r in multi_site.records()]
+    assert changed == [None, None, False, None, False, False, True]  # the version is known even under rotation
+
+
+def test_false304_answers_304_to_every_conditional_request(multi_site: MultiSite) -> None:
+    product = multi_site.product("false304")
+    url = multi_site.url_of(product)
+    status, headers, body = _get(url)
+    assert status == 200
+    etag, modified = headers["ETag"], headers["Last-Modified"]
+    assert etag == f'"p{product.id}-v{multi_site.catalog.version_at(product, multi_site.t)}"'
+    multi_site.after_next_change(product)
+    status, lie, _ = _get(url, {"If-None-Match": etag})
+    assert status == 304
+    assert lie["ETag"] == etag  # "still the version you have"
+    assert "Last-Modified" not in lie
+    status, lie, _ = _get(url, {"If-Modified-Since": modified})
+    assert (status, lie.get("ETag"), lie["Last-Modified"]) == (304, None, modified)
+    assert _get(url, {"If-None-Match": '"anything"'})[0] == 304
+    status, fresh, new_body = _get(url)
+    assert status == 200
+    assert fresh["ETag"] != etag
+    assert new_body != body
+    records = multi_site.records()
+    false_304s = [r for r in records if r["status"] == 304 and r["changed_since_validators"] is True]
+    assert len(false_304s) == 2
+    assert [r["changed_since_validators"] for r in records] == [None, True, True, None, None]
+
+
+def test_none_sends_no_validators_and_never_304(multi_site: MultiSite) -> None:
+    product = multi_site.product("none")
+    url = multi_site.url_of(product)
+    status, headers, _ = _get(url)
+    assert status == 200
+    assert "ETag" not in headers
+    assert "Last-Modified" not in headers
+    date = formatdate(multi_site.t, usegmt=True)
+    assert _get(url, {"If-Modified-Since": date, "If-None-Match": f'"p{product.id}-v0"'})[0] == 200
+    assert [r["conditional"] for r in multi_site.records()] == [False, True]
+
+
+def test_host_specs_and_their_errors(catalog: Catalog) -> None:
+    assert parse_host_spec("rotate") == ("rotate", "honest")
+    assert parse_host_spec("rotate:volatile") == ("rotate", "volatile")
+    assert parse_host_spec(" none ", "frozen") == ("none", "frozen")
+    with pytest.raises(ValueError, match="host mode must be one of"):
+        parse_host_spec("lazy")
+    with pytest.raises(ValueError, match="last_modified must be one of"):
+        parse_host_spec("honour:sometimes")
+    with pytest.raises(ValueError, match="hosts must be between 1 and 254"):
+        serve_in_thread(catalog, hosts=())
+
+
+def _read_response(sock: socket.socket, buffer: bytearray, head: bool = False) -> bytes:
+    """One whole response from *sock*, by its Content-Length; *buffer* keeps bytes of the next one."""
+    deadline = time.monotonic() + 10
+    while b"\r\n\r\n" not in buffer:
+        assert time.monotonic() < deadline, "no response"
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-response"
+        buffer += chunk
+    end = buffer.index(b"\r\n\r\n") + 4
+    match = re.search(rb"\r\nContent-Length: (\d+)\r\n", bytes(buffer[:end]))
+    assert match is not None
+    length = 0 if head else int(match.group(1))
+    while len(buffer) < end + length:
+        assert time.monotonic() < deadline, "no body"
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed mid-body"
+        buffer += chunk
+    response = bytes(buffer[: end + length])
+    del buffer[: end + length]
+    return response
+
+
+def test_byte_log_counts_exactly_what_the_socket_carried(multi_site: MultiSite) -> None:
+    product = multi_site.product("honour")
+    path = product.path
+    etag = _get(multi_site.url_of(product))[1]["ETag"]
+    multi_site.records()
+    host, port = "127.0.0.1", urllib.parse.urlsplit(multi_site.url).port
+    plain = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: raw\r\n\r\n".encode()
+    conditional = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nIf-None-Match: {etag}\r\n\r\n".encode()
+    head = f"HEAD {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with_body = f"GET /robots.txt HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n\r\nhello".encode()
+    missing = f"GET /product/0 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    sent: list[bytes] = []
+    received: list[bytes] = []
+    with socket.create_connection((host, port), timeout=10) as sock:
+        buffer = bytearray()
+        for request, is_head in ((plain, False), (conditional, False), (head, True)):  # keep-alive, one by one
+            sock.sendall(request)
+            sent.append(request)
+            received.append(_read_response(sock, buffer, is_head))
+        sock.sendall(with_body + missing + plain)  # pipelined: the server reads ahead of each request
+        sent += [with_body, missing, plain]
+        received += [_read_response(sock, buffer) for _ in range(3)]
+        assert not buffer
+    records = multi_site.records()
+    assert [r["status"] for r in records] == [200, 304, 200, 200, 404, 200]
+    assert [r["received"] for r in records] == [len(b) for b in sent]
+    assert [r["sent"] for r in records] == [len(b) for b in received]
+    assert [r["method"] for r in records] == ["GET", "GET", "HEAD", "GET", "GET", "GET"]
+    assert [r["path"] for r in records] == [path, path, path, "/robots.txt", "/product/0", path]
+    assert received[1].startswith(b"HTTP/1.1 304 ")
+
+
+def test_an_unchanged_visit_to_an_honouring_host_costs_under_a_tenth_of_a_full_fetch(multi_site: MultiSite) -> None:
+    """With the headers Scrapy sends by default, as the server counts bytes (issue 9, Done when)."""
+    import http.client
+
+    from scrapy.settings import default_settings
+
+    headers = {**default_settings.DEFAULT_REQUEST_HEADERS, "User-Agent": default_settings.USER_AGENT,
+               "Accept-Encoding": "gzip, deflate, br, zstd"}  # fmt: skip
+    url = urllib.parse.urlsplit(multi_site.site.url_for("honour"))
+    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10)
+    try:
+        for pid in multi_site.site.products_on("honour", multi_site.catalog, multi_site.t)[:10]:
+            path = f"/product/{pid}"
+            conn.request("GET", path, headers=headers)
+            full = conn.getresponse()
+            full.read()
+            validators = {"If-None-Match": full.headers["ETag"], "If-Modified-Since": full.headers["Last-Modified"]}
+            conn.request("GET", path, headers={**headers, **validators})
+            unchanged = conn.getresponse()
+            unchanged.read()
+            assert (full.status, unchanged.status) == (200, 304)
+    finally:
+        conn.close()
+    records = multi_site.records()
+    assert len(records) == 20
+    for full_record, unchanged_record in itertools.pairwise(records):
+        if full_record["status"] != 200:
+            continue
+        cost_304 = unchanged_record["sent"] + unchanged_record["received"]
+        cost_full = full_record["sent"] + full_record["received"]
+        assert cost_304 <= 0.1 * cost_full, (cost_304, cost_full)
+
+
+def test_byte_log_counts_a_malformed_request(multi_site: MultiSite) -> None:
+    host, port = "127.0.0.2", urllib.parse.urlsplit(multi_site.site.url_for("ignore")).port
+    request = b"NONSENSE\r\n"  # the server stops reading at a bad request line
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        response = b""
+        deadline = time.monotonic() + 10
+        while chunk := sock.recv(65536):
+            response += chunk
+            assert time.monotonic() < deadline
+    (record,) = multi_site.records()
+    assert (record["host"], record["mode"], record["status"]) == ("127.0.0.2", "ignore", 400)
+    assert (record["received"], record["sent"]) == (len(request), len(response))
+
+
+def test_server_module_serves_several_hosts_with_a_byte_log(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(PROJECT), DEMO_CLOCK_FILE=str(tmp_path / "clock"))
+    clock.set_clock(tmp_path / "clock", EPOCH0)
+    log = tmp_path / "bytes.jsonl"
+    argv = [sys.executable, "-m", "demo_site", "--products", "20", "--categories", "2", "--hosts",
+            "honour,false304,rotate:volatile", "--byte-log", str(log)]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        assert words[0] == "DEMO_SITE"
+        hosts = dict(w.split("=", 1) for w in words[2:])
+        assert list(hosts) == ["honour", "false304", "rotate:volatile"]
+        assert hosts["honour"] == words[1]
+        assert urllib.parse.urlsplit(hosts["rotate:volatile"]).hostname == "127.0.0.3"
+        assert _get(hosts["false304"] + "/product/1", {"If-Modified-Since": formatdate(0, usegmt=True)})[0] == 304
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        (record,) = read_byte_log(log)[0]
+        assert record["mode"] == "false304"
+        assert record["changed_since_validators"] is True  # created at day 0, long after the epoch
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    bad = subprocess.run([*argv[:-4], "--hosts", "honour,lazy"], cwd=PROJECT, env=env, capture_output=True,
+                         text=True, timeout=30, check=False)  # fmt: skip
+    assert bad.returncode == 2
+    assert "host mode must be one of" in bad.stderr
+
+
+def test_spider_follows_products_on_other_hosts(catalog: Catalog) -> None:
+    from demo_shop.spiders.shop import ShopSpider
+    from scrapy.http import HtmlResponse
+
+    hosts = HostMap(5)
+    hosts.urls = [f"http://127.0.0.{i + 1}:80{i}" for i in range(5)]
+    t = EPOCH0 + 3600
+    listing = HtmlResponse(hosts.urls[0] + "/category/1", body=render(catalog, "/category/1", t, hosts).body,
+                           encoding="utf-8")  # fmt: skip
+    spider = ShopSpider(site=hosts.urls[0])
+    assert not getattr(spider, "allowed_domains", None)  # OffsiteMiddleware lets every host through
+    urls = [r.url for r in spider.parse(listing)]
+    assert urls == [f"{hosts.urls[p.id % 5]}/product/{p.id}" for p in catalog.listing_at(1, t)]

@@ -19,7 +19,7 @@ COSTSCHED_CLOCK = "demo_shop.clock.now"
 ROBOTSTXT_OBEY = True
 LOG_LEVEL = "INFO"
 CONCURRENT_REQUESTS = 16
-# One loopback host: let it take the whole concurrency, no delay, no throttling.
+# Loopback hosts: any one may take the whole concurrency, no delay, no throttling.
 CONCURRENT_REQUESTS_PER_DOMAIN = 16
 DOWNLOAD_DELAY = 0
 AUTOTHROTTLE_ENABLED = False

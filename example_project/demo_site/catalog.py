@@ -38,6 +38,10 @@ RATE_BUCKETS: tuple[tuple[float, float, float], ...] = (
     (0.30, 1 / 1000, 1 / 120),  # > 4 months
 )
 
+#: Rows of a product page's specification table: real product pages weigh tens of kilobytes, and a
+#: ``304`` only pays off against a page much larger than a request's headers (about 9 KB per page).
+SPEC_ROWS = 80
+
 # Prices are 100 + (a*v + b) mod PRICE_MODULUS cents: an affine map with a prime modulus is a
 # bijection, so two versions of one product below PRICE_MODULUS never show the same price.
 PRICE_MODULUS = 99_991
@@ -239,6 +243,15 @@ class Catalog:
         return f"The {self.content(product, 0).name} is a {' and '.join(words[:3])} choice. " + " ".join(
             [f"It is {w}." for w in words] * 3
         )
+
+    def specifications(self, product: Product) -> tuple[tuple[str, str], ...]:
+        """Stable (label, value) rows that never change, so pages weigh what real ones do."""
+        rows = []
+        for i in range(SPEC_ROWS):
+            h = _hash_int("spec", self.seed, product.id, i)
+            label = f"{_NOUNS[h % len(_NOUNS)]} {_ADJECTIVES[(h >> 8) % len(_ADJECTIVES)].lower()} index {i}"
+            rows.append((label, f"{(h >> 16) % 1000 / 10:.1f} of 100, measured in {2000 + (h >> 32) % 26}"))
+        return tuple(rows)
 
     def category_name(self, category: int) -> str:
         return f"{_CATEGORY_NAMES[category % len(_CATEGORY_NAMES)]} {category}"

@@ -43,6 +43,9 @@ class ShopSpider(scrapy.Spider):
     * ``categories``: number of category listings, ``/category/0`` .. ``/category/N-1`` (default 10).
     * ``follow=0``: listings yield no product requests (the scheduler must re-issue stored pages).
     * ``urls_file``: crawl exactly the product URLs in this file (one per line) and nothing else.
+
+    Listings link products on other hosts of the site (``python -m demo_site --hosts ...``), so the
+    spider sets no ``allowed_domains``: OffsiteMiddleware then lets every host through.
     """
 
     name = "shop"
