@@ -1,13 +1,27 @@
 """ConditionalRequestMiddleware: the downloader-side view of each visit.
 
-It sits after HttpProxy (750) and before DownloaderStats (850). Today it settles
-what never reached a download handler: a request refused by robots.txt or
-offsite rules, answered by the HTTP cache or by another middleware, costs
-nothing and releases its budget reservation at once (cached responses are
-flagged, not counted as visits). Validators, 304s, bytes and host health join it
-as they are built.
+It sits after HttpProxy (750) and before DownloaderStats (850), so Scrapy's own
+stats see real 304s. On a visit of a known page whose host earned trust for a
+validator (:mod:`~.model.validators`), it sends the stored ETag as
+``If-None-Match`` and/or the stored Last-Modified as ``If-Modified-Since``:
+never on a first visit, on a request that carries conditional headers of its
+own, or on a verification visit. The headers it added are marked in meta
+(``costsched_validators``) and stripped from a redirected request: validators
+belong to the URL that answered.
 
-It also closes a hole in Scrapy's RobotsTxtMiddleware since it became a
+A 304 to its validators is the visit's observation, "unchanged since the last
+visit", and reaches neither the callback nor the errback (HttpErrorMiddleware
+does not see it as an error) unless the spider asks for its 304s
+(``COSTSCHED_DELIVER_NOT_MODIFIED`` or meta ``costsched_deliver_not_modified``).
+Every ``k``-th 304 of a host is verified instead: the page is fetched again at
+once without validators, and a changed record shows a false 304.
+
+It also settles what never reached a download handler: a request refused by
+robots.txt or offsite rules, answered by the HTTP cache or by another
+middleware, costs nothing and releases its budget reservation at once (cached
+responses are flagged, not counted as visits).
+
+And it closes a hole in Scrapy's RobotsTxtMiddleware since it became a
 coroutine (Scrapy 2.14, scrapy/scrapy#6802): requests that wait for a host's
 robots.txt together all await one Deferred, and every waiter after the first gets
 ``None`` and goes out unchecked. A planned run starts many requests per host at
@@ -26,16 +40,36 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
 from scrapy_costsched.tracker import Tracker
+from scrapy_costsched.visits import (
+    DELIVER_META,
+    NOT_MODIFIED_META,
+    PAGE_META,
+    SUBREQUEST_META,
+    VALIDATORS_META,
+    VERIFY_META,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
 
 
+#: Headers that make a request conditional: a request that has one of its own is left as it is.
+CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since", b"If-Match", b"If-Unmodified-Since", b"If-Range")
+
+
+def _discard(response: Response, **kwargs: Any) -> Iterable[Any]:
+    """The callback of a 304 already observed: nothing for the spider."""
+    return ()
+
+
 class ConditionalRequestMiddleware:
-    """Settles every request's budget reservation, whether or not it was downloaded."""
+    """Sends the validators a host earned, turns 304s into observations, and settles every reservation."""
 
     def __init__(self, crawler: Crawler, tracker: Tracker) -> None:
         self.crawler = crawler
@@ -51,12 +85,37 @@ class ConditionalRequestMiddleware:
         return cls(crawler, tracker)
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        self._check_robots(request)
+        self._add_validators(request)
+
+    def _check_robots(self, request: Request) -> None:
         robots = self._robots_middleware()
         if robots is None or request.meta.get("dont_obey_robotstxt"):
             return
         parser = getattr(robots, "_parsers", {}).get(urlparse_cached(request).netloc)
         if parser is not None and not isinstance(parser, Deferred):
             robots.process_request_2(parser, request)  # raises IgnoreRequest for a disallowed URL
+
+    def _add_validators(self, request: Request) -> None:
+        meta = request.meta
+        added = meta.get(VALIDATORS_META)
+        if isinstance(added, dict):
+            if added.get("url") == request.url:  # a retry of the conditional request
+                return
+            for name in added.get("headers") or ():  # a redirect: the validators were the old URL's
+                request.headers.pop(name, None)
+            del meta[VALIDATORS_META]
+            self.tracker.stats.inc_value("costsched/conditional/stripped")
+        if PAGE_META not in meta or meta.get(SUBREQUEST_META) or meta.get(VERIFY_META) is not None:
+            return
+        if any(name in request.headers for name in CONDITIONAL_HEADERS):  # the spider's own: left alone
+            return
+        headers = self.tracker.validators_for(request)
+        if headers:
+            for name, value in headers.items():
+                request.headers[name] = value
+            meta[VALIDATORS_META] = {"url": request.url, "headers": headers}
+            self.tracker.stats.inc_value("costsched/conditional/sent")
 
     def _robots_middleware(self) -> RobotsTxtMiddleware | None:
         """The crawl's RobotsTxtMiddleware if it has the coroutine version that lets waiters through."""
@@ -68,9 +127,30 @@ class ConditionalRequestMiddleware:
                                  and inspect.iscoroutinefunction(mw.process_request)), None)
         return self._robots
 
-    def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Response:
+    def process_response(self, request: Request, response: Response,
+                         spider: Spider | None = None) -> Request | Response:
         self.tracker.settle(request, response)
-        return response
+        added = request.meta.get(VALIDATORS_META)
+        if response.status != 304 or "cached" in response.flags or not isinstance(added, dict) \
+                or added.get("url") != response.url:
+            return response
+        if self.tracker.not_modified(request, response):
+            return self._verification(request, added.get("headers") or {})
+        meta = {**request.meta, NOT_MODIFIED_META: True}
+        if request.meta.get(DELIVER_META, self.tracker.config.deliver_not_modified):
+            meta["handle_httpstatus_list"] = [*meta.get("handle_httpstatus_list", ()), 304]
+            return response.replace(request=request.replace(meta=meta), flags=[*response.flags, "not_modified"])
+        meta["handle_httpstatus_all"] = True
+        return response.replace(request=request.replace(callback=_discard, errback=None, meta=meta))
+
+    def _verification(self, request: Request, added: dict[str, str]) -> Request:
+        """The page again at once, without validators: its record shows whether the 304 was true."""
+        verification = request.replace(dont_filter=True)
+        for name in added:
+            verification.headers.pop(name, None)
+        del verification.meta[VALIDATORS_META]
+        verification.meta[VERIFY_META] = self.tracker.now()
+        return verification
 
     def process_exception(self, request: Request, exception: Exception, spider: Spider | None = None) -> None:
         self.tracker.settle(request)

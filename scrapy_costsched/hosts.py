@@ -1,7 +1,10 @@
-"""Per-host state: what each host's signals have earned (today its Last-Modified dates).
+"""Per-host state: what each host's validators have earned, and what its visits cost in bytes.
 
-Kept in the state's meta (``meta:last_modified_trust``) and saved at every safe
-point; an unreadable entry restarts that host's audits only.
+Kept in the state's meta and saved at every safe point: ``last_modified_trust``
+(audits of each host's Last-Modified dates), ``host_validators`` (its ETag
+audits, its 304 answers, how often it sends each validator) and ``host_bytes``
+(the mean bytes of a full fetch and of a 304 per host and page type). An
+unreadable entry restarts that host's learning only.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy_costsched.model.trust import LastModifiedTrust
+from scrapy_costsched.model.trust import SignalTrust
+from scrapy_costsched.model.validators import HostValidators
+from scrapy_costsched.pages import MeanBytes
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -18,29 +23,60 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-
 class HostBook:
-    """The hosts a crawl has seen and what their signals are worth."""
+    """The hosts a crawl has seen and what their signals and answers are worth."""
 
     def __init__(self, store: StateStorage, stats: StatsCollector) -> None:
         self.store = store
         self.stats = stats
-        self.last_modified: dict[str, LastModifiedTrust] = self._load(store.get_meta("last_modified_trust") or {})
+        self.last_modified: dict[str, SignalTrust] = self._load(
+            "last_modified_trust", SignalTrust.from_json)
+        self.validators: dict[str, HostValidators] = self._load(
+            "host_validators", lambda data: HostValidators.from_json(data, SignalTrust()))
+        for host, validators in self.validators.items():
+            validators.last_modified = self.last_modified_trust(host)  # one object, audited by the learner
+        self.bytes: dict[str, MeanBytes] = self._load("host_bytes", MeanBytes.from_json)
 
-    def _load(self, stored: Any) -> dict[str, LastModifiedTrust]:
-        trust = {}
-        for host, counts in (stored.items() if isinstance(stored, dict) else ()):
+    def _load(self, name: str, parse: Any) -> dict[str, Any]:
+        entries = {}
+        stored = self.store.get_meta(name) or {}
+        for key, data in (stored.items() if isinstance(stored, dict) else ()):
             try:
-                trust[host] = LastModifiedTrust.from_json(counts)
-            except ValueError as exc:  # that host starts its audits again; the others keep theirs
-                logger.warning("costsched: ignoring the stored Last-Modified audits of %s: %s", host, exc)
+                entries[key] = parse(data)
+            except ValueError as exc:  # that host learns again; the others keep what they learned
+                logger.warning("costsched: ignoring the stored %s of %s: %s", name.replace("_", " "), key, exc)
                 self.stats.inc_value("costsched/storage/unreadable_trust")
-        return trust
+        return entries
 
-    def last_modified_trust(self, host: str) -> LastModifiedTrust:
-        return self.last_modified.setdefault(host, LastModifiedTrust())
+    def last_modified_trust(self, host: str) -> SignalTrust:
+        return self.last_modified.setdefault(host, SignalTrust())
+
+    def of(self, host: str) -> HostValidators:
+        """The validators of *host* (its Last-Modified audits are :meth:`last_modified_trust`'s)."""
+        validators = self.validators.get(host)
+        if validators is None:
+            validators = self.validators[host] = HostValidators(last_modified=self.last_modified_trust(host))
+        return validators
+
+    def add_bytes(self, group: str, not_modified: bool, size: float) -> None:
+        """One answer's bytes for pages of *group* (host and page type); 304s apart from full answers."""
+        self.bytes.setdefault(f"{group}|304" if not_modified else group, MeanBytes()).add(size)
+
+    def mean_bytes(self, group: str, not_modified: bool) -> float | None:
+        mean = self.bytes.get(f"{group}|304" if not_modified else group)
+        return mean.mean if mean is not None and mean.count else None
+
+    def report(self) -> None:
+        """Each host's verdicts into the stats (``costsched/hosts/<host>/<signal>``)."""
+        for host, validators in self.validators.items():
+            for signal, verdict in validators.verdicts().items():
+                self.stats.set_value(f"costsched/hosts/{host}/{signal}", verdict)
 
     def save(self) -> None:
         if self.last_modified:
             self.store.set_meta("last_modified_trust",
                                 {host: trust.to_json() for host, trust in self.last_modified.items()})
+        if self.validators:
+            self.store.set_meta("host_validators", {host: v.to_json() for host, v in self.validators.items()})
+        if self.bytes:
+            self.store.set_meta("host_bytes", {group: mean.to_json() for group, mean in self.bytes.items()})

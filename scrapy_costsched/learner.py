@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from scrapy_costsched.model import RatePrior, estimate_rate
 from scrapy_costsched.model.discovery import NewLinkStats
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
-from scrapy_costsched.model.trust import audit_date
+from scrapy_costsched.model.trust import CONTRADICTS, audit_date
+from scrapy_costsched.model.validators import audit_etag
 from scrapy_costsched.pages import PageState, Summary
 from scrapy_costsched.records import record_hash
 
@@ -65,20 +66,59 @@ class Learner:
             changed = record != page.record
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
             modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
+            self._audit_validators(page, visit, changed)
             observe(page.stats, interval_days, changed, self.half_life_days, modified_ago, resolution=1.0 / DAY)
             page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
             page.changes += changed
             outcome = "changed" if changed else "unchanged"
             self.observed_groups.add(page.group)
         self._record_links(page, visit)
+        self.hosts.of(page.host).saw(visit.etag is not None, visit.last_modified is not None)
         page.record, page.record_kind = record, kind
-        page.last_modified = visit.last_modified
+        page.last_modified, page.etag = visit.last_modified, visit.etag
         page.item_hashes = sorted(visit.item_hashes)
         page.item_keys = dict(visit.item_keys)
         page.hash_config = self.hash_config
         page.last_visit = visit.time
         page.visits += 1
         return outcome
+
+    def not_modified(self, page: PageState, visit: Visit) -> None:
+        """A 304: the page is unchanged since its last visit; its validators are refreshed when the 304 sent them."""
+        interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
+        observe(page.stats, interval_days, False, self.half_life_days, None, resolution=1.0 / DAY)
+        page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
+        self.observed_groups.add(page.group)
+        page.etag = visit.etag or page.etag
+        page.last_modified = visit.last_modified or page.last_modified
+        page.last_visit = visit.time
+        page.visits += 1
+
+    def _audit_validators(self, page: PageState, visit: Visit, changed: bool) -> None:
+        """What a full answer says of its host's ETags and 304s (:mod:`~.model.validators`)."""
+        host = self.hosts.of(page.host)
+        if page.etag is not None and visit.etag is not None:
+            verdict = audit_etag(host.etag, page.etag, visit.etag, changed)
+            self.stats.inc_value(f"costsched/etag/{verdict}")
+            if verdict == CONTRADICTS:
+                logger.warning("costsched: %s sent the same ETag for a changed record (%s): its ETags are not "
+                               "trusted for a while", page.host, page.url)
+        if visit.validators_sent:
+            etag_sent = visit.validators_sent.get("If-None-Match")
+            matched = (visit.etag == etag_sent) if etag_sent is not None else \
+                visit.last_modified is not None and visit.last_modified == page.last_modified
+            if host.answers.answered_in_full(matched):
+                self.stats.inc_value("costsched/not_modified/ignored")
+                logger.info("costsched: %s answers conditional requests in full although its validators match; "
+                            "it is sent none for a while", page.host)
+        if visit.verifies is not None:
+            rate = page.estimate.rate if page.estimate is not None else self.prior_rate(page.group)
+            explained = -math.expm1(-rate * max(visit.time - visit.verifies, 0.0) / DAY)
+            verdict = host.answers.verify(changed, explained)
+            self.stats.inc_value(f"costsched/not_modified/{verdict}")
+            if verdict == "false":
+                logger.warning("costsched: %s answered 304 for a changed record (%s): it gets no conditional "
+                               "request for its next %d visits", page.host, page.url, host.answers.probation)
 
     def _record_links(self, page: PageState, visit: Visit) -> None:
         """Count the new pages this visit revealed, from the page's second visit that links out on.

@@ -19,8 +19,41 @@ if TYPE_CHECKING:
 _TRANSIENT_META = frozenset({
     "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "costsched_hold",
     "download_latency", "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
-    "download_timeout", "handle_httpstatus_all", "is_start_request",
+    "download_timeout", "handle_httpstatus_all", "is_start_request", "costsched_validators", "costsched_verify",
+    "costsched_not_modified",
 })
+
+
+#: Weight of the newest measurement in a running mean of bytes (the last ~10 visits dominate).
+BYTES_WEIGHT = 0.1
+
+
+@dataclass
+class MeanBytes:
+    """A running mean of the bytes one kind of answer moved (request and response, headers included)."""
+
+    mean: float = 0.0
+    count: int = 0
+
+    def add(self, size: float) -> None:
+        """Plain mean over the first visits, then a moving one, so a site that changes its pages is followed.
+
+        >>> bytes_ = MeanBytes()
+        >>> for size in (100, 300): bytes_.add(size)
+        >>> bytes_
+        MeanBytes(mean=200.0, count=2)
+        """
+        self.count += 1
+        self.mean += (size - self.mean) * max(1.0 / self.count, BYTES_WEIGHT)
+
+    def to_json(self) -> list[float]:
+        return [self.mean, self.count]
+
+    @classmethod
+    def from_json(cls, data: object) -> MeanBytes:
+        if not (isinstance(data, list) and len(data) == 2 and all(isinstance(n, (int, float)) and n >= 0 for n in data)):
+            raise ValueError(f"malformed byte mean: {data!r}")
+        return cls(float(data[0]), int(data[1]))
 
 
 def group_of(host: str, page_type: str) -> str:
@@ -63,6 +96,12 @@ class PageState:
     """New outlinks per visit, for a page that links out at all: what it is worth as a hub."""
     field_hashes: dict[str, str] | None = None
     """The last single-item record's hash per field, kept for pages in the volatile-field sample."""
+    etag: str | None = None
+    """The ``ETag`` of the last answer (header form), sent back as ``If-None-Match`` when the host earned it."""
+    full_bytes: MeanBytes | None = None
+    """Bytes a full fetch of the page moved (request and response, headers included, body as transferred)."""
+    not_modified_bytes: MeanBytes | None = None
+    """Bytes a 304 answer for the page moved."""
 
     @property
     def group(self) -> str:
@@ -81,6 +120,9 @@ class PageState:
         data["stats"] = self.stats.to_json()
         data["estimate"] = [self.estimate.rate, self.estimate.low, self.estimate.high] if self.estimate else None
         data["links"] = self.links.to_json() if self.links is not None else None
+        for name in ("full_bytes", "not_modified_bytes"):
+            mean = getattr(self, name)
+            data[name] = mean.to_json() if mean is not None else None
         return data
 
     @classmethod
@@ -95,6 +137,9 @@ class PageState:
             fields["estimate"] = RateEstimate(*estimate) if estimate else None
             links = fields.get("links")
             fields["links"] = NewLinkStats.from_json(links) if links is not None else None
+            for name in ("full_bytes", "not_modified_bytes"):
+                mean = fields.get(name)
+                fields[name] = MeanBytes.from_json(mean) if mean is not None else None
             return cls(**fields)
         except (TypeError, KeyError) as exc:
             raise ValueError(f"malformed page record: {exc}") from None

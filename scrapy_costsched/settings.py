@@ -29,7 +29,9 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_BUDGET_PERIOD": "1d",
     "COSTSCHED_CLOCK": "time.time",
     "COSTSCHED_COMMIT_EVERY": 50,
+    "COSTSCHED_CONDITIONAL": True,
     "COSTSCHED_DEFAULT_VALUE": "normal",
+    "COSTSCHED_DELIVER_NOT_MODIFIED": False,
     "COSTSCHED_DROP_UNCHANGED": False,
     "COSTSCHED_FALLBACK_SCHEDULER": "scrapy.core.scheduler.Scheduler",
     "COSTSCHED_HASH_FIELDS": {},
@@ -40,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_RESERVE_DISCOVERY": 0.1,
     "COSTSCHED_STATE": None,
     "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
+    "COSTSCHED_VERIFY_SHARE": 0.1,
 }
 
 BILLING_MODELS = {
@@ -198,6 +201,17 @@ def _fraction(settings: BaseSettings, name: str) -> float:
     return number
 
 
+def _share(settings: BaseSettings, name: str) -> float:
+    value = settings.get(name, DEFAULTS[name])
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _invalid(name, value, "a number from 0 to 1") from None
+    if not 0.0 <= number <= 1.0:
+        raise _invalid(name, value, "a number from 0 to 1")
+    return number
+
+
 def _clock(value: Any) -> Callable[[], float]:
     name, accepted = "COSTSCHED_CLOCK", "a dotted path to a zero-argument callable returning epoch seconds"
     try:
@@ -246,6 +260,9 @@ class Config:
     reserve_discovery: float
     state: str | None
     value_tiers: dict[str, float] = field(default_factory=dict)
+    conditional: bool = True
+    deliver_not_modified: bool = False
+    verify_share: float = 0.1
 
     @property
     def shadow(self) -> bool:
@@ -313,6 +330,9 @@ class Config:
             reserve_discovery=_fraction(settings, "COSTSCHED_RESERVE_DISCOVERY"),
             state=state,
             value_tiers=tiers,
+            conditional=get_bool(settings, "COSTSCHED_CONDITIONAL"),
+            deliver_not_modified=get_bool(settings, "COSTSCHED_DELIVER_NOT_MODIFIED"),
+            verify_share=_share(settings, "COSTSCHED_VERIFY_SHARE"),
         )
 
 

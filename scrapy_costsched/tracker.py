@@ -25,23 +25,35 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.errors import stop_crawl
+from scrapy_costsched.headers import InvalidHeader, format_http_date, parse_etag, parse_http_date, parse_last_modified
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
+from scrapy_costsched.metering import request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.model.trust import http_date
+from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
-from scrapy_costsched.pages import PageState, Summary, group_of, make_template, request_from_template
+from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
-from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VISIT_META, Visit, VisitBook
+from scrapy_costsched.visits import (
+    NOT_MODIFIED_META,
+    PAGE_META,
+    REASON_META,
+    SUBREQUEST_META,
+    VALIDATORS_META,
+    VERIFY_META,
+    VISIT_META,
+    Visit,
+    VisitBook,
+)
 from scrapy_costsched.volatility import VolatileFields
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -96,7 +108,7 @@ class Tracker:
         self._closing: Deferred[None] | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
-        self._statuses: dict[int, int] = {}
+        self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
         self._unstorable: set[str] = set()
@@ -228,6 +240,7 @@ class Tracker:
         if unsent:
             self.stats.set_value("costsched/unsent_at_close", unsent)
         self.ledger.close()
+        self.hosts.report()
         self._save()
         self._summarise(reason)
         if not _reactor_running():
@@ -511,18 +524,35 @@ class Tracker:
         self.stats.inc_value(f"costsched/visits/{request.meta.get(REASON_META, 'refresh')}")
 
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
-        self._statuses[id(request)] = response.status
+        self._answers[id(request)] = (response.status, response_size(response))
 
     def _request_left_downloader(self, request: Request, spider: Spider) -> None:
-        status = self._statuses.pop(id(request), None)
+        status, received = self._answers.pop(id(request), (None, 0))
+        sent = request_size(request)
         self._release_robots(request)
-        self.ledger.charge(request, self.billing.attempt_cost(status, 0))
+        self.ledger.charge(request, self.billing.attempt_cost(status, sent + received))
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
+        self.stats.inc_value("costsched/bytes/sent", sent)
+        self.stats.inc_value("costsched/bytes/received", received)
         key = request.meta.get(PAGE_META)
-        if status is None and key is not None and not request.meta.get(SUBREQUEST_META) \
-                and not self.visits.visited(key):
-            self._failed_attempts.add(key)
+        if key is not None and not request.meta.get(SUBREQUEST_META):
+            if status is None and not self.visits.visited(key):
+                self._failed_attempts.add(key)
+            elif status is not None and (status == 304 or 200 <= status < 300):
+                self._measured(key, status == 304, sent + received)
         self._update_spend_stats()
+
+    def _measured(self, key: str, not_modified: bool, size: int) -> None:
+        """A page's answer moved *size* bytes: into its mean and its host and page type's, 304s apart."""
+        page = self.page(key)
+        if page is None:
+            return
+        name = "not_modified_bytes" if not_modified else "full_bytes"
+        mean = getattr(page, name) or MeanBytes()
+        mean.add(size)
+        setattr(page, name, mean)
+        self.hosts.add_bytes(page.group, not_modified, size)
+        self.pages.changed(key, page)
 
     def settle(self, request: Request, response: Response | None = None) -> None:
         """*request* is answered (*response*) or failed: settle what a download did not already.
@@ -560,6 +590,8 @@ class Tracker:
         token = response.meta.get(VISIT_META)
         if response.meta.get(SUBREQUEST_META):
             return self.visits.get(token)
+        if response.meta.get(NOT_MODIFIED_META):  # a 304, observed when it arrived
+            return None
         if "cached" in response.flags:  # the HTTP cache's copy says nothing about the page now
             return None
         page = self.page(key)
@@ -576,21 +608,79 @@ class Tracker:
             return None
         visit.failed = response.status >= 400
         if not visit.failed:
-            self._read_dates(visit, response)
+            self._read_validators(visit, response)
+            sent = response.meta.get(VALIDATORS_META)
+            if isinstance(sent, dict) and sent.get("url") == response.url:
+                visit.validators_sent = sent.get("headers")
+            verifies = response.meta.get(VERIFY_META)
+            visit.verifies = float(verifies) if isinstance(verifies, (int, float)) else None
         return visit
 
-    def _read_dates(self, visit: Visit, response: Response) -> None:
-        """The response's Last-Modified and its age by the server's own Date (a bad header is counted, not used)."""
+    def _header(self, response: Response, parse: Callable[[], Any]) -> Any:
+        """*parse* one of *response*'s headers; a hostile one is counted and logged, never raised."""
         try:
-            visit.last_modified = http_date(response.headers.get("Last-Modified"))
-            served = http_date(response.headers.get("Date"))
-        except ValueError as exc:
+            return parse()
+        except InvalidHeader as exc:
             logger.debug("costsched: %s: %s", response.url, exc)
-            self.stats.inc_value("costsched/invalid/date_header")
-            visit.last_modified = None
-            return
+            self.stats.inc_value(f"costsched/invalid/{exc.kind}")
+            return None
+
+    def _read_validators(self, visit: Visit, response: Response) -> None:
+        """The response's ETag, its Last-Modified and that date's age by the server's own ``Date``."""
+        etag = self._header(response, lambda: parse_etag(response.headers.getlist("ETag")))
+        visit.etag = etag.to_json() if etag is not None else None
+        served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
+        visit.last_modified = self._header(
+            response, lambda: parse_last_modified(response.headers.get("Last-Modified"), served))
         if visit.last_modified is not None and served is not None:
             visit.modified_age = max(served - visit.last_modified, 0.0)
+
+    # -- conditional requests --------------------------------------------
+
+    def validators_for(self, request: Request) -> dict[str, str] | None:
+        """The conditional headers a visit of a known page sends, as its host has earned them, or ``None``.
+
+        Never on a first visit, nor on a request for another URL than the one the validators came from.
+        """
+        key = request.meta.get(PAGE_META)
+        page = self.page(key) if isinstance(key, str) and self.config.conditional else None
+        if page is None or page.record is None or page.url != request.url:
+            return None
+        send_etag, send_date = self.hosts.of(page.host).to_send(page.etag is not None, page.last_modified is not None)
+        headers = {}
+        if send_etag and page.etag is not None:
+            headers["If-None-Match"] = page.etag
+        if send_date and page.last_modified is not None:
+            headers["If-Modified-Since"] = format_http_date(page.last_modified).decode("ascii")
+        return headers or None
+
+    def not_modified(self, request: Request, response: Response) -> bool:
+        """A 304 answered the validators the middleware sent; ``True`` when it is to be verified by a full fetch.
+
+        Otherwise it is the visit's observation at once: "unchanged since the last visit".
+        """
+        key = request.meta[PAGE_META]
+        page = self.page(key)
+        if page is None:
+            return False
+        host = self.hosts.of(page.host)
+        self.stats.inc_value("costsched/not_modified")
+        self.stats.inc_value(f"costsched/not_modified/{page.host}")
+        affordable = self.config.shadow or self.ledger.remaining() >= self.planned_cost(request.meta)
+        if host.answers.not_modified(verify_every(self.config.verify_share)) and affordable:
+            self.stats.inc_value("costsched/not_modified/verifying")
+            return True
+        token = request.meta.get(VISIT_META)
+        visit = self.visits.start(key, token if isinstance(token, int) else self.visits.new_token(), self.now())
+        if visit is None:
+            self.stats.inc_value("costsched/duplicate_fetch")
+            return False
+        self._failed_attempts.discard(key)
+        visit.not_modified = True
+        self._read_validators(visit, response)
+        visit.pending_outputs = 0
+        self._maybe_close(visit)
+        return False
 
     def add_outlink(self, visit: Visit, request: Request) -> None:
         if request.url in visit.outlinks:
@@ -702,7 +792,10 @@ class Tracker:
         else:
             page.consecutive_failures = page.gone_strikes = 0
             page.gone, page.not_before = False, None
-            if not visit.item_hashes and page.record_kind == "items":
+            if visit.not_modified:
+                self.learner.not_modified(page, visit)
+                self.stats.inc_value("costsched/unchanged")
+            elif not visit.item_hashes and page.record_kind == "items":
                 # Items used to come from this page and none did now: broken extraction or a
                 # vanished page, not a change.
                 logger.warning("costsched: %s yielded no items this time (it used to); not counted as a change",

@@ -117,7 +117,7 @@ def test_unreadable_date_headers_are_counted_and_the_visits_still_recorded(edge_
     runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
     second = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
     # page/1, flaky/2, page/3 and page/4 are known and unchanged; their dates cannot be read.
-    assert second["costsched/invalid/date_header"] == second["costsched/unchanged"] == 4
+    assert second["costsched/invalid/date_malformed"] == second["costsched/unchanged"] == 4
     assert "costsched/last_modified/agrees" not in second
 
 

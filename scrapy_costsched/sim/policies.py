@@ -42,7 +42,7 @@ from scrapy_costsched.model.freshness import seed_priority
 from scrapy_costsched.model.grid import frequency_at, grid_allocation
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank
-from scrapy_costsched.model.trust import LastModifiedTrust, audit_date
+from scrapy_costsched.model.trust import SignalTrust, audit_date
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -114,7 +114,7 @@ class LearnedRates:
         self.priors: dict[str, RatePrior] = {}
         #: The Last-Modified each page's copy came with (the initial copies' too, as their fetch saw it).
         self.dates = [None if p.last_visit is None else p.modified_at(p.last_visit) for p in pages]
-        self.trust: dict[str, LastModifiedTrust] = {}
+        self.trust: dict[str, SignalTrust] = {}
         self._observed_groups: set[str] = set()
 
     def prior_of(self, group: str) -> RatePrior:
@@ -146,7 +146,7 @@ class LearnedRates:
             return
         modified_ago = None
         if modified is not None:
-            trust = self.trust.setdefault(self.pages[i].host, LastModifiedTrust())
+            trust = self.trust.setdefault(self.pages[i].host, SignalTrust())
             modified_ago = audit_date(trust, previous_date, modified, time - modified, changed, interval)[1]
         stats = self.stats[i]
         if stats is None:

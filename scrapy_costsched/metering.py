@@ -1,0 +1,32 @@
+"""Bytes from the wire: what one download attempt moved, headers included, body as transferred.
+
+Measured where the downloader hands the response over (before HttpCompressionMiddleware
+inflates the body), so a compressed page counts its compressed size. The request is
+counted as Scrapy's ``DownloaderStats`` counts it (:func:`scrapy.utils.request.request_httprepr`);
+the response by its status line, one ``Name: value`` line per header value and the body, which is
+what the server wrote for a response sent with ``Content-Length``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.utils.request import request_httprepr
+from twisted.web.http import RESPONSES
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.http import Response
+
+_CRLF = 2
+
+
+def request_size(request: Request) -> int:
+    return len(request_httprepr(request))
+
+
+def response_size(response: Response) -> int:
+    """Status line, header lines, the blank line and the body as received."""
+    status_line = len(b"HTTP/1.1 000 ") + len(RESPONSES.get(response.status, b"")) + _CRLF
+    headers = sum(len(name) + 2 + len(value) + _CRLF for name, values in response.headers.items() for value in values)
+    return status_line + headers + _CRLF + len(response.body)

@@ -1,0 +1,116 @@
+"""Per-host validator trust: ETag audits, verified 304s, hosts that ignore validators, probations."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapy_costsched.model.trust import PROBATION_AUDITS, TRUST_AFTER, SignalTrust
+from scrapy_costsched.model.validators import (
+    IGNORED_AFTER,
+    PROBATION_VISITS,
+    HostValidators,
+    NotModifiedTrust,
+    audit_etag,
+    verify_every,
+)
+
+
+def test_an_etag_that_follows_the_record_earns_trust() -> None:
+    trust = SignalTrust()
+    for n in range(TRUST_AFTER):
+        assert not trust.trusted
+        assert audit_etag(trust, f'"v{n}"', f'"v{n + 1}"', changed=True) == "agrees"
+    assert trust.trusted
+
+
+def test_an_etag_that_stays_over_a_changed_record_lies_and_is_not_sent() -> None:
+    host = HostValidators(etag=SignalTrust(agrees=50))
+    assert audit_etag(host.etag, '"same"', '"same"', changed=True) == "contradicts"
+    assert host.to_send(etag=True, date=False) == (False, False)
+    assert host.verdicts()["etag"] == "lies"
+    for _ in range(PROBATION_AUDITS + TRUST_AFTER - 1):  # still lying now and then keeps it out
+        audit_etag(host.etag, '"a"', '"b"', changed=True)
+    audit_etag(host.etag, '"same"', '"same"', changed=True)
+    assert host.etag.probation == 2 * PROBATION_AUDITS
+
+
+def test_rotating_etags_are_volatile_and_leave_if_modified_since_to_trusted_dates() -> None:
+    host = HostValidators(last_modified=SignalTrust(agrees=TRUST_AFTER))
+    for n in range(20):
+        audit_etag(host.etag, f'"r{n}"', f'"r{n + 1}"', changed=n % 5 == 0)
+    assert host.verdicts()["etag"] == "volatile"
+    assert host.to_send(etag=True, date=True) == (False, True)
+    host.last_modified = SignalTrust(volatile=5)
+    assert host.to_send(etag=True, date=True) == (False, False)
+
+
+def test_weak_and_strong_forms_of_one_tag_are_the_same_etag() -> None:
+    assert audit_etag(SignalTrust(), '"x"', 'W/"x"', changed=False) == "agrees"
+
+
+def test_verification_takes_the_first_304_then_every_kth_per_host() -> None:
+    every = verify_every(0.1)
+    assert every == 10
+    big, small = NotModifiedTrust(), NotModifiedTrust()
+    assert small.not_modified(every)  # a host with a single 304 is verified too
+    verified = [n for n in range(35) if big.not_modified(every)]
+    assert verified == [0, 10, 20, 30]
+    assert not any(NotModifiedTrust().not_modified(verify_every(0.0)) for _ in range(5))
+
+
+@pytest.mark.parametrize(("changed", "explained", "verdict", "usable"), [
+    (False, 0.0, "verified", True),
+    (True, 0.0001, "false", False),
+    (True, 0.5, "inconclusive", True),  # a page that changes by the second: the rate explains it
+])
+def test_a_verified_304_is_judged_by_what_the_full_fetch_found(changed: bool, explained: float, verdict: str,
+                                                               usable: bool) -> None:
+    trust = NotModifiedTrust()
+    assert trust.not_modified(10)
+    assert trust.verify(changed, explained) == verdict
+    assert trust.usable is usable
+
+
+def test_a_false_304_stops_conditional_requests_until_a_probation_of_visits_ends() -> None:
+    host = HostValidators(etag=SignalTrust(agrees=10))
+    host.answers.not_modified(10)
+    host.answers.verify(changed=True, explained=0.0)
+    assert host.to_send(etag=True, date=False) == (False, False)
+    assert host.verdicts()["not_modified"] == "false"
+    for _ in range(PROBATION_VISITS):
+        assert host.to_send(etag=True, date=False) == (False, False)
+        host.saw(etag=True, date=False)
+    assert host.to_send(etag=True, date=False) == (True, False)  # re-audited: tried again
+    assert host.answers.not_modified(10)  # and its first 304 after the probation is verified
+    host.answers.verify(changed=True, explained=0.0)
+    assert host.answers.probation == 2 * PROBATION_VISITS
+
+
+def test_a_host_that_never_answers_304_to_matching_validators_ignores_them() -> None:
+    trust = NotModifiedTrust()
+    assert not trust.answered_in_full(validators_matched=False)  # the page changed: a full answer is right
+    for _ in range(IGNORED_AFTER - 1):
+        assert not trust.answered_in_full(validators_matched=True)
+    assert trust.answered_in_full(validators_matched=True)
+    assert trust.verdict == "ignored"
+    assert not trust.usable
+
+
+def test_a_host_that_sends_no_validators_is_called_so() -> None:
+    host = HostValidators()
+    assert host.verdicts()["etag"] == "learning"
+    for _ in range(3):
+        host.saw(etag=False, date=True)
+    assert host.verdicts()["etag"] == "none"
+    assert host.verdicts()["last_modified"] == "learning"
+
+
+def test_host_state_round_trips_and_malformed_state_is_refused() -> None:
+    host = HostValidators(etag=SignalTrust(4, 1, 1, 1, 7), answers=NotModifiedTrust(5, 2, 1, 0, 3, 1, 9, "false"),
+                          responses=8, etags_seen=8, dates_seen=0)
+    lm = SignalTrust(agrees=2)
+    assert HostValidators.from_json(host.to_json(), lm) == HostValidators(host.etag, lm, host.answers, 8, 8, 0)
+    for bad in (None, {"etag": [1, 0, 0], "answers": [0] * 8, "seen": [1, 1, 1]},
+                {"etag": [1, 0, 0], "answers": [0, 0, 0, 0, 0, 0, 0, ""], "seen": [1, -1, 1]}):
+        with pytest.raises(ValueError, match="malformed"):
+            HostValidators.from_json(bad, lm)
