@@ -646,7 +646,8 @@ class Tracker:
         page = self.page(key) if isinstance(key, str) and self.config.conditional else None
         if page is None or page.record is None or page.url != request.url:
             return None
-        send_etag, send_date = self.hosts.of(page.host).to_send(page.etag is not None, page.last_modified is not None)
+        send_etag, send_date = self.hosts.of(page.host).to_send(page.etag is not None, page.last_modified is not None,
+                                                               self.now() / DAY)
         headers = {}
         if send_etag and page.etag is not None:
             headers["If-None-Match"] = page.etag

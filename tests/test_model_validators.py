@@ -7,7 +7,7 @@ import pytest
 from scrapy_costsched.model.trust import PROBATION_AUDITS, TRUST_AFTER, SignalTrust
 from scrapy_costsched.model.validators import (
     IGNORED_AFTER,
-    PROBATION_VISITS,
+    PROBATION_DAYS,
     HostValidators,
     NotModifiedTrust,
     audit_etag,
@@ -26,7 +26,7 @@ def test_an_etag_that_follows_the_record_earns_trust() -> None:
 def test_an_etag_that_stays_over_a_changed_record_lies_and_is_not_sent() -> None:
     host = HostValidators(etag=SignalTrust(agrees=50))
     assert audit_etag(host.etag, '"same"', '"same"', changed=True) == "contradicts"
-    assert host.to_send(etag=True, date=False) == (False, False)
+    assert host.to_send(etag=True, date=False, today=1.0) == (False, False)
     assert host.verdicts()["etag"] == "lies"
     for _ in range(PROBATION_AUDITS + TRUST_AFTER - 1):  # still lying now and then keeps it out
         audit_etag(host.etag, '"a"', '"b"', changed=True)
@@ -39,9 +39,9 @@ def test_rotating_etags_are_volatile_and_leave_if_modified_since_to_trusted_date
     for n in range(20):
         audit_etag(host.etag, f'"r{n}"', f'"r{n + 1}"', changed=n % 5 == 0)
     assert host.verdicts()["etag"] == "volatile"
-    assert host.to_send(etag=True, date=True) == (False, True)
+    assert host.to_send(etag=True, date=True, today=1.0) == (False, True)
     host.last_modified = SignalTrust(volatile=5)
-    assert host.to_send(etag=True, date=True) == (False, False)
+    assert host.to_send(etag=True, date=True, today=1.0) == (False, False)
 
 
 def test_weak_and_strong_forms_of_one_tag_are_the_same_etag() -> None:
@@ -67,33 +67,37 @@ def test_a_verified_304_is_judged_by_what_the_full_fetch_found(changed: bool, ex
                                                                usable: bool) -> None:
     trust = NotModifiedTrust()
     assert trust.not_modified(10)
-    assert trust.verify(changed, explained) == verdict
-    assert trust.usable is usable
+    assert trust.verify(changed, explained, today=3.0) == verdict
+    assert trust.usable(3.0) is usable
 
 
-def test_a_false_304_stops_conditional_requests_until_a_probation_of_visits_ends() -> None:
+def test_a_false_304_stops_conditional_requests_until_a_probation_ends_then_doubles() -> None:
     host = HostValidators(etag=SignalTrust(agrees=10))
     host.answers.not_modified(10)
-    host.answers.verify(changed=True, explained=0.0)
-    assert host.to_send(etag=True, date=False) == (False, False)
+    host.answers.verify(changed=True, explained=0.0, today=1.0)
     assert host.verdicts()["not_modified"] == "false"
-    for _ in range(PROBATION_VISITS):
-        assert host.to_send(etag=True, date=False) == (False, False)
-        host.saw(etag=True, date=False)
-    assert host.to_send(etag=True, date=False) == (True, False)  # re-audited: tried again
-    assert host.answers.not_modified(10)  # and its first 304 after the probation is verified
-    host.answers.verify(changed=True, explained=0.0)
-    assert host.answers.probation == 2 * PROBATION_VISITS
+    assert host.to_send(etag=True, date=False, today=1.0 + PROBATION_DAYS - 0.01) == (False, False)
+    assert host.to_send(etag=True, date=False, today=1.0 + PROBATION_DAYS) == (True, False)  # re-audited
+    assert host.verdicts()["not_modified"] == "learning"
+    assert host.answers.not_modified(10)  # its first 304 after the probation is verified
+    host.answers.verify(changed=True, explained=0.0, today=10.0)
+    assert host.answers.blocked_until == 10.0 + 2 * PROBATION_DAYS
 
 
 def test_a_host_that_never_answers_304_to_matching_validators_ignores_them() -> None:
     trust = NotModifiedTrust()
-    assert not trust.answered_in_full(validators_matched=False)  # the page changed: a full answer is right
+    assert not trust.answered_in_full(validators_matched=False, today=1.0)  # the page changed: a full answer is right
     for _ in range(IGNORED_AFTER - 1):
-        assert not trust.answered_in_full(validators_matched=True)
-    assert trust.answered_in_full(validators_matched=True)
+        assert not trust.answered_in_full(validators_matched=True, today=1.0)
+    assert trust.answered_in_full(validators_matched=True, today=1.0)
     assert trust.verdict == "ignored"
-    assert not trust.usable
+    assert not trust.usable(2.0)
+
+
+def test_a_host_that_answered_304_is_not_said_to_ignore_validators() -> None:
+    trust = NotModifiedTrust()
+    trust.not_modified(10)
+    assert not any(trust.answered_in_full(validators_matched=True, today=1.0) for _ in range(10))
 
 
 def test_a_host_that_sends_no_validators_is_called_so() -> None:
@@ -106,7 +110,7 @@ def test_a_host_that_sends_no_validators_is_called_so() -> None:
 
 
 def test_host_state_round_trips_and_malformed_state_is_refused() -> None:
-    host = HostValidators(etag=SignalTrust(4, 1, 1, 1, 7), answers=NotModifiedTrust(5, 2, 1, 0, 3, 1, 9, "false"),
+    host = HostValidators(etag=SignalTrust(4, 1, 1, 1, 7), answers=NotModifiedTrust(5, 2, 1, 0, 3, 1, 9.5, "false"),
                           responses=8, etags_seen=8, dates_seen=0)
     lm = SignalTrust(agrees=2)
     assert HostValidators.from_json(host.to_json(), lm) == HostValidators(host.etag, lm, host.answers, 8, 8, 0)

@@ -17,8 +17,8 @@ validators and ignore them, rotate ETags on every response, and some answer
   rate does not explain, is a false 304: the host's 304s lose trust at once.
   A host that is sent validators that still match and answers in full every
   time ignores them. Either way it gets no conditional request for a probation
-  of :data:`PROBATION_VISITS` of its visits (doubled with each strike), then
-  is tried again from its first 304: trust is re-audited, never granted for good.
+  of :data:`PROBATION_DAYS` (doubled with each strike), then is tried again,
+  its first 304 verified: trust is re-audited, never granted for good.
 
 A host is sent ``If-None-Match`` only while its ETags are trusted, and
 ``If-Modified-Since`` only while its dates are (:meth:`HostValidators.to_send`).
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from scrapy_costsched.model.trust import AGREES, CONTRADICTS, VOLATILE, SignalTrust
 
-__all__ = ["DEFAULT_VERIFY_SHARE", "FALSE_304_EVIDENCE", "IGNORED_AFTER", "PROBATION_VISITS", "HostValidators",
+__all__ = ["DEFAULT_VERIFY_SHARE", "FALSE_304_EVIDENCE", "IGNORED_AFTER", "PROBATION_DAYS", "HostValidators",
            "NotModifiedTrust", "audit_etag", "verify_every"]
 
 #: Share of a host's 304s verified by a full fetch, unless ``COSTSCHED_VERIFY_SHARE`` says otherwise.
@@ -40,8 +40,8 @@ DEFAULT_VERIFY_SHARE = 0.1
 FALSE_304_EVIDENCE = 0.05
 #: Full answers to matching validators, with no 304 ever, before a host is said to ignore them.
 IGNORED_AFTER = 3
-#: Visits of a host before conditional requests are tried again after a false 304 (doubled per strike).
-PROBATION_VISITS = 20
+#: Days without conditional requests for a host caught on a false 304 or ignoring validators (doubled per strike).
+PROBATION_DAYS = 7.0
 #: Responses a host must have sent before a validator it never sends is called absent.
 ABSENT_AFTER = 3
 
@@ -79,8 +79,9 @@ class NotModifiedTrust:
     the record as it was; *false*: 304s caught over a changed record;
     *ignored*: full answers to validators that still matched, in a row;
     *until_verify*: 304s to pass before the next is verified (0: verify the
-    next); *strikes* and *probation* (visits left) as in :class:`~.trust.SignalTrust`,
-    *reason* the verdict that started the probation.
+    next); *strikes*: probations so far; *blocked_until*: the day (in the
+    caller's clock, days) a probation ends, 0 when none; *reason*: the verdict
+    that started it.
     """
 
     answered: int = 0
@@ -89,18 +90,20 @@ class NotModifiedTrust:
     ignored: int = 0
     until_verify: int = 0
     strikes: int = 0
-    probation: int = 0
+    blocked_until: float = 0.0
     reason: str = ""
 
-    @property
-    def usable(self) -> bool:
-        """Whether the host may be sent conditional requests at all."""
-        return not self.probation
+    def usable(self, today: float) -> bool:
+        """Whether the host may be sent conditional requests on day *today*; a probation that ended is lifted."""
+        if self.blocked_until and today >= self.blocked_until:
+            self.blocked_until = 0.0
+            self.ignored = self.until_verify = 0  # tried again from scratch, its first 304 verified
+        return not self.blocked_until
 
     @property
     def verdict(self) -> str:
         """``"false"`` or ``"ignored"`` during a probation, ``"trusted"`` once a 304 was verified, else ``"learning"``."""
-        if self.probation:
+        if self.blocked_until:
             return self.reason
         return "trusted" if self.verified else "learning"
 
@@ -119,7 +122,7 @@ class NotModifiedTrust:
         self.until_verify = every - 1
         return True
 
-    def verify(self, changed: bool, explained: float) -> str:
+    def verify(self, changed: bool, explained: float, today: float) -> str:
         """The full fetch right after a verified 304 found the record *changed* or not.
 
         *explained* is the probability the page's rate gives a change in the
@@ -127,8 +130,10 @@ class NotModifiedTrust:
         is the 304's fault. Returns ``"verified"``, ``"false"`` or ``"inconclusive"``.
 
         >>> trust = NotModifiedTrust()
-        >>> trust.verify(False, 0.0), trust.verify(True, 0.5), trust.verify(True, 0.001), trust.verdict
-        ('verified', 'inconclusive', 'false', 'false')
+        >>> trust.verify(False, 0.0, 1.0), trust.verify(True, 0.5, 1.0), trust.verify(True, 0.001, 1.0)
+        ('verified', 'inconclusive', 'false')
+        >>> trust.verdict, trust.usable(7.9), trust.usable(8.0), trust.verdict
+        ('false', False, True, 'trusted')
         """
         if not changed:
             self.verified += 1
@@ -136,42 +141,37 @@ class NotModifiedTrust:
         if explained >= FALSE_304_EVIDENCE:
             return "inconclusive"
         self.false += 1
-        self._strike("false")
+        self._strike("false", today)
         return "false"
 
-    def answered_in_full(self, validators_matched: bool) -> bool:
+    def answered_in_full(self, validators_matched: bool, today: float) -> bool:
         """A conditional request got a full answer; ``True`` when this shows the host ignores validators."""
         if not validators_matched:
             return False
         self.ignored += 1
         if self.ignored >= IGNORED_AFTER and not self.answered:
-            self._strike("ignored")
+            self._strike("ignored", today)
             return True
         return False
 
-    def visited(self) -> None:
-        """One visit of the host: a probation counts down, and at its end conditional requests are tried again."""
-        if self.probation:
-            self.probation -= 1
-            if not self.probation:
-                self.ignored = self.until_verify = 0
-
-    def _strike(self, reason: str) -> None:
+    def _strike(self, reason: str, today: float) -> None:
         self.strikes += 1
         self.reason = reason
-        self.probation = PROBATION_VISITS * 2 ** min(self.strikes - 1, 10)
+        self.blocked_until = today + PROBATION_DAYS * 2 ** min(self.strikes - 1, 10)
 
-    def to_json(self) -> list[int | str]:
+    def to_json(self) -> list[int | float | str]:
         return [self.answered, self.verified, self.false, self.ignored, self.until_verify, self.strikes,
-                self.probation, self.reason]
+                self.blocked_until, self.reason]
 
     @classmethod
     def from_json(cls, data: object) -> NotModifiedTrust:
         """Rebuild stored counts; ``ValueError`` when malformed."""
         if not (isinstance(data, list) and len(data) == 8 and isinstance(data[7], str)
-                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in data[:7])):
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in data[:6])
+                and isinstance(data[6], (int, float)) and not isinstance(data[6], bool) and data[6] >= 0):
             raise ValueError(f"malformed 304 audit counts: {data!r}")
-        return cls(*data)
+        answered, verified, false, ignored, until_verify, strikes = data[:6]
+        return cls(answered, verified, false, ignored, until_verify, strikes, float(data[6]), data[7])
 
 
 @dataclass
@@ -190,16 +190,15 @@ class HostValidators:
         self.responses += 1
         self.etags_seen += etag
         self.dates_seen += date
-        self.answers.visited()
 
-    def to_send(self, etag: bool, date: bool) -> tuple[bool, bool]:
-        """Which of a page's stored validators (*etag*, *date*) a conditional request sends.
+    def to_send(self, etag: bool, date: bool, today: float) -> tuple[bool, bool]:
+        """Which of a page's stored validators (*etag*, *date*) a conditional request sends on day *today*.
 
         >>> host = HostValidators(etag=SignalTrust(agrees=3), last_modified=SignalTrust(volatile=3))
-        >>> host.to_send(True, True), host.to_send(False, True)
+        >>> host.to_send(True, True, 0.0), host.to_send(False, True, 0.0)
         ((True, False), (False, False))
         """
-        if not self.answers.usable:
+        if not self.answers.usable(today):
             return False, False
         return etag and self.etag.trusted, date and self.last_modified.trusted
 

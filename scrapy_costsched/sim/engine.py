@@ -13,12 +13,12 @@ Cycles before *warmup* are not scored.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.model.grid import expected_freshness, grid_allocation
 from scrapy_costsched.model.scoring import OBJECTIVES
+from scrapy_costsched.model.validators import NotModifiedTrust, verify_every
 
 from .metrics import Metrics, Scorer
 from .policies import POLICIES, Context, KnownRates, LearnedRates, make_policy, policy_class
@@ -60,8 +60,9 @@ class SimConfig:
     """Share of hosts whose full answers carry Last-Modified (learners and Nutch use it; a lying host's is the
     time of the answer)."""
     audit: float = 0.0
-    """Share of 304 answers verified with a full fetch; a host caught answering 304 for a changed page
-    loses its validators (every policy's crawler does this alike)."""
+    """Share of 304 answers verified with a full fetch, each host's first one included; a host caught
+    answering 304 for a changed page loses its validators for a probation (every policy's crawler does
+    this alike, with the crawler's own :class:`~scrapy_costsched.model.validators.NotModifiedTrust`)."""
 
     def __post_init__(self) -> None:
         if self.rates not in ("known", "learned"):
@@ -195,8 +196,8 @@ def run_policy(
     births = sorted(range(len(pages)), key=lambda i: pages[i].birth)
     next_birth = 0
     carry = spent_scored = 0.0
-    distrusted: set[str] = set()
-    audits = random.Random(f"audit:{config.seed}:{name}")
+    answers: dict[str, NotModifiedTrust] = {}
+    every = verify_every(config.audit)
     for cycle in range(config.cycles):
         time = cycle * CYCLE
         born = []
@@ -209,12 +210,12 @@ def run_policy(
         spent = 0.0
         for i in policy.plan(time, available):
             page = pages[i]
-            outcome = scorer.outcome(i, time, validators=page.host not in distrusted)
-            if outcome.status == 304 and config.audit and audits.random() < config.audit:
-                # Verify the 304 with a full fetch: a changed page means the host's validators lie.
-                if outcome.truly_changed:
-                    distrusted.add(page.host)
+            trust = answers.setdefault(page.host, NotModifiedTrust())
+            outcome = scorer.outcome(i, time, validators=trust.usable(time))
+            if outcome.status == 304 and trust.not_modified(every):
+                # Verify the 304 with a full fetch at once: no change can fall between the two answers.
                 full = scorer.outcome(i, time, validators=False)
+                trust.verify(full.truly_changed, 0.0, time)
                 outcome = replace(full, cost=outcome.cost + full.cost)
             scorer.record(i, time, outcome)
             policy.observe(i, time, outcome)
