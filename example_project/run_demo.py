@@ -1,10 +1,13 @@
 """Run the scrapy-costsched demo: several simulated days, three strategies, exact true freshness.
 
     python example_project/run_demo.py --days 10 [--products 300] [--budget-fraction 0.5]
+                                       [--hosts honour,ignore,rotate,false304,none]
                                        [--json FILE] [--workdir demo-output] [--check]
 
-It starts the demo shop (``python -m demo_site``) on loopback, then for each simulated day *d* sets
-the shared clock to ``T_d = EPOCH0 + (d - 1) days + 3 h`` and runs real ``scrapy crawl shop`` processes:
+It starts the demo shop (``python -m demo_site``) on loopback, one host per validator mode of
+``--hosts`` (127.0.0.1 serves the listings, products are spread over all hosts), then for each
+simulated day *d* sets the shared clock to ``T_d = EPOCH0 + (d - 1) days + 3 h`` and runs real
+``scrapy crawl shop`` processes:
 
 * **costsched**: the add-on with a fixed per-day budget of ``ceil(fraction x full-crawl pages)``
   requests (the full crawl's page count on day 1);
@@ -14,8 +17,10 @@ the shared clock to ``T_d = EPOCH0 + (d - 1) days + 3 h`` and runs real ``scrapy
 
 Each strategy keeps a dataset (product -> last scraped copy). Its value-weighted freshness over
 ``[T_d, T_d+1)`` is computed exactly from the catalog's change times (see ``demo_site.evaluate``);
-every scraped item is checked against what the site served. The exit code is 0 even when the
-claims fail, unless ``--check`` is given.
+every scraped item is checked against what the site served. After the last day a per-host table
+sets each host's validator mode (the server's truth) beside the crawler's verdicts and 304 counts
+(``costsched/hosts/...`` stats, "-" while no component sets them) and the bytes the server counted.
+The exit code is 0 even when the claims fail, unless ``--check`` is given.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 from demo_site.catalog import DAY, EPOCH0, Catalog
 from demo_site.clock import CLOCK_ENV, set_clock
 from demo_site.evaluate import Dataset, freshness
+from demo_site.server import VALIDATOR_MODES, product_host
+from demo_site.wire import read_byte_log
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,6 +53,10 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 STRATEGIES = ("costsched", "full", "random")
+#: One host per validator mode: the middleware that learns which validators to trust has every case.
+DEFAULT_HOSTS = ",".join(VALIDATOR_MODES)
+#: The crawler's per-host verdicts (stats ``costsched/hosts/<host>/<signal>``), in table order.
+VERDICT_SIGNALS = ("etag", "last_modified", "not_modified")
 CRAWL_HOUR = 3 * 3600.0  # crawl a few hours into each simulated day, clear of period boundaries
 CLAIMS_FROM_DAY = 4  # days 1-3 are the learning phase
 VISITS_DEFINITION = (
@@ -75,6 +86,7 @@ class StrategyDay:
     wall_seconds: float
     errors: int
     extra: dict[str, Any] = field(default_factory=dict)
+    wire: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> the server's byte log sums
 
 
 # -- the demo site ----------------------------------------------------------------------------
@@ -93,9 +105,10 @@ class DemoServer:
             stderr=self._log,
             text=True,
         )
-        self.url = self._read_url(timeout=30.0)
+        self.url, self.hosts = self._read_url(timeout=30.0)
 
-    def _read_url(self, timeout: float) -> str:
+    def _read_url(self, timeout: float) -> tuple[str, list[tuple[str, str]]]:
+        """The main URL and (mode, base URL) of every host, from the ``DEMO_SITE`` line."""
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -103,7 +116,9 @@ class DemoServer:
             if ready:
                 line = self.proc.stdout.readline()
                 if line.startswith("DEMO_SITE "):
-                    return line.split()[1]
+                    words = line.split()
+                    hosts = [(mode, url) for mode, _, url in (w.partition("=") for w in words[2:])]
+                    return words[1], hosts or [("honour", words[1])]
                 if not line:
                     break  # EOF: the server died
             elif self.proc.poll() is not None:
@@ -218,12 +233,16 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
     set_clock(clock_file, t0)
     env = crawl_env(clock_file)
     state = workdir / "costsched.sqlite"
+    byte_log = workdir / "bytes.jsonl"
+    log_offset = 0
 
     print(f"scrapy-costsched demo: {args.days} days, {args.products} products, "
           f"{args.categories} categories, seed {args.seed}")  # fmt: skip
     print(f"full crawl on day 1 = {full_pages} pages ({args.categories} listings + "
           f"{full_pages - args.categories} products); costsched budget = ceil({args.budget_fraction}"
           f" x {full_pages}) = {budget} requests/day")  # fmt: skip
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    print(f"hosts (validator modes, 127.0.0.1 first): {', '.join(hosts)}")
     print(f"value tiers: {weights}")
     print(VISITS_DEFINITION)
     print(f"workdir: {workdir}", flush=True)
@@ -231,8 +250,10 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
     site_args = [
         "--port", "0", "--products", str(args.products), "--categories", str(args.categories),
         "--seed", str(args.seed), "--horizon-days", str(horizon),
+        "--hosts", ",".join(hosts), "--byte-log", str(byte_log),
     ]  # fmt: skip
     server = DemoServer(site_args, env, workdir / "server.log")
+    host_urls = [url for _, url in server.hosts]
     report.update(
         {
             "params": {
@@ -244,6 +265,7 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
                 "strategies": strategies,
             },
             "site": server.url,
+            "site_hosts": [{"mode": mode, "url": url} for mode, url in server.hosts],
             "full_pages_day0": full_pages,
             "budget": budget,
             "value_tiers": weights,
@@ -278,9 +300,14 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
                     k = min(sample_size, len(existing))
                     chosen = sorted(p.id for p in rng.sample(existing, k))
                     urls = daydir / "random-urls.txt"
-                    urls.write_text("".join(f"{server.url}/product/{pid}\n" for pid in chosen))
+                    urls.write_text("".join(
+                        f"{host_urls[product_host(pid, len(host_urls))]}/product/{pid}\n" for pid in chosen
+                    ))  # fmt: skip
                     extra = ["-s", "COSTSCHED_ENABLED=False", "-a", f"urls_file={urls}"]
                 result = run_crawl(strategy, daydir, server.url, args.categories, extra, env)
+                # Crawls run one at a time and the server logs a request before answering it, so
+                # the lines added since the last crawl are exactly this crawl's.
+                records, log_offset = read_byte_log(byte_log, log_offset)
                 counts = datasets[strategy].update(catalog, result.items, t)
                 fresh = freshness(catalog, datasets[strategy], t, t + DAY, weights)
                 visits = visits_of(result.stats)
@@ -302,12 +329,15 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
                     wall_seconds=round(result.wall_seconds, 3),
                     errors=errors,
                     extra={k: v for k, v in result.stats.items() if k.startswith("costsched/")},
+                    wire=wire_by_host(records),
                 )
             print(_row(row, strategies), flush=True)
             _warn(row, strategies, daydir)
             report["days"].append({k: asdict(v) if isinstance(v, StrategyDay) else v for k, v in row.items()})
     finally:
         server.stop()
+    report["hosts"] = host_table(server.hosts, report["days"], strategies)
+    _print_hosts(report["hosts"], args.days, "full" in strategies)
     report["summary"] = summarize(report["days"], strategies)
     _print_summary(report["summary"])
 
@@ -344,6 +374,70 @@ def _warn(row: dict[str, Any], strategies: Sequence[str], daydir: Path) -> None:
     if "full" in strategies and row["full"].visits != row["full_pages"]:
         print(f"    warning: full crawl made {row['full'].visits} visits, "
               f"the site has {row['full_pages']} pages")  # fmt: skip
+
+
+def wire_by_host(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Sum the server's byte log per host: requests, bytes both ways, 304s and false 304s."""
+    hosts: dict[str, dict[str, int]] = {}
+    for r in records:
+        h = hosts.setdefault(r["host"], {"requests": 0, "bytes": 0, "conditional": 0, "not_modified": 0,
+                                         "false_not_modified": 0})  # fmt: skip
+        h["requests"] += 1
+        h["bytes"] += int(r["received"]) + int(r["sent"])
+        h["conditional"] += bool(r["conditional"])
+        if r["status"] == 304:
+            h["not_modified"] += 1
+            h["false_not_modified"] += r["changed_since_validators"] is True
+    return hosts
+
+
+def _host_stat(stats: dict[str, Any], key: str, url: str) -> Any:
+    """``key`` formatted with the host as the crawler may name it: bare address, or with the port."""
+    netloc = url.split("://", 1)[-1]
+    for name in (netloc.rsplit(":", 1)[0], netloc):
+        if (value := stats.get(key.format(host=name))) is not None:
+            return value
+    return None
+
+
+def host_table(hosts: Sequence[tuple[str, str]], days: list[dict[str, Any]],
+               strategies: Sequence[str]) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per host: mode, the costsched crawler's last verdicts and 304 count, the server's bytes."""
+    rows = []
+    for mode, url in hosts:
+        address = url.split("://", 1)[-1].rsplit(":", 1)[0]
+        row: dict[str, Any] = {"host": address, "url": url, "mode": mode}
+        if "costsched" in strategies and days:
+            last = days[-1]["costsched"]["extra"]
+            row["verdicts"] = {s: _host_stat(last, "costsched/hosts/{host}/" + s, url) for s in VERDICT_SIGNALS}
+            counts = [c for d in days
+                      if (c := _host_stat(d["costsched"]["extra"], "costsched/not_modified/{host}", url)) is not None]
+            row["not_modified_count"] = sum(int(c) for c in counts) if counts else None  # fmt: skip
+        for strategy in strategies:
+            wire = [d[strategy]["wire"].get(address, {}) for d in days]
+            row[strategy] = {k: sum(w.get(k, 0) for w in wire)
+                             for k in ("requests", "bytes", "conditional", "not_modified", "false_not_modified")}
+        rows.append(row)
+    return rows
+
+
+def _print_hosts(rows: list[dict[str, Any]], n_days: int, with_full: bool) -> None:
+    if not rows or "verdicts" not in rows[0]:
+        return
+    print(f"\nper host, costsched over {n_days} days (verdicts as of the last day; 304s: the crawler's count / "
+          "the server's / false ones; bytes: the server's sent + received):")  # fmt: skip
+    head = f"{'host':<11} {'mode':<9} {'etag':<9} {'last_mod':<9} {'304':<9} {'304s':>13} {'bytes':>10}"
+    print(head + (f" {'full bytes':>10}" if with_full else ""))
+    for r in rows:
+        cs = r["costsched"]
+        verdicts = " ".join(f"{_dash(r['verdicts'][s]):<9}" for s in VERDICT_SIGNALS)
+        counts = f"{_dash(r['not_modified_count'])}/{cs['not_modified']}/{cs['false_not_modified']}"
+        line = f"{r['host']:<11} {r['mode']:<9} {verdicts} {counts:>13} {cs['bytes']:>10}"
+        print(line + (f" {r['full']['bytes']:>10}" if with_full else ""), flush=True)
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def summarize(days: list[dict[str, Any]], strategies: Sequence[str]) -> dict[str, Any]:
@@ -415,6 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-fraction", type=float, default=0.5,
         help="costsched budget as a share of the day-0 full crawl (default 0.5)",
     )  # fmt: skip
+    p.add_argument(
+        "--hosts", default=DEFAULT_HOSTS,
+        help=f"validator mode of each demo host, main host first (default {DEFAULT_HOSTS}; "
+             "'honour' alone is the single honest host)",
+    )  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write every per-day number as one JSON object")
     p.add_argument("--workdir", default="demo-output", help="scratch dir, wiped at start")
     p.add_argument("--check", action="store_true", help="exit 1 when a claim fails")
@@ -439,6 +538,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error("--days, --products and --categories must be >= 1")
     if not 0 < args.budget_fraction <= 1:
         build_parser().error("--budget-fraction must be in (0, 1]")
+    hosts = [h.strip().partition(":")[0] for h in args.hosts.split(",") if h.strip()]
+    if not hosts or set(hosts) - set(VALIDATOR_MODES):
+        build_parser().error(f"--hosts: choose modes from {','.join(VALIDATOR_MODES)}, not {args.hosts!r}")
     signal.signal(signal.SIGTERM, _sigterm)
     report: dict[str, Any] = {}
     try:

@@ -19,13 +19,28 @@ def test_demo_beats_random_and_nears_full_recrawl_at_half_the_requests(tmp_path:
                            "--workdir", str(tmp_path / "work"), "--json", str(summary)],
                           capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    days = json.loads(summary.read_text())["days"]
+    report = json.loads(summary.read_text())
+    days = report["days"]
     assert [day["day"] for day in days] == list(range(1, 11))
     for day in days:
         costsched, full, random = day["costsched"], day["full"], day["random"]
         assert costsched["errors"] == full["errors"] == random["errors"] == 0
+        assert full["visits"] == day["full_pages"], "one crawl from the main host reaches every host"
         assert random["visits"] == costsched["visits"], "the random subset has the same size"
         assert costsched["visits"] <= full["visits"] / 2
         if day["day"] >= 4:
             assert costsched["freshness"] > random["freshness"], day["day"]
             assert costsched["freshness"] >= 0.9 * full["freshness"], day["day"]
+
+    # One host per validator mode; the server's byte log accounts for every host and strategy.
+    hosts = report["hosts"]
+    assert [h["mode"] for h in hosts] == ["honour", "ignore", "rotate", "false304", "none"]
+    assert [h["host"] for h in hosts] == [f"127.0.0.{i}" for i in range(1, 6)]
+    for h in hosts:
+        for strategy in ("costsched", "full", "random"):
+            assert h[strategy]["requests"] > 0
+            assert h[strategy]["bytes"] > 0
+        if h["mode"] != "false304":  # the server's truth: only the lying host answers 304 to a changed page
+            assert h["costsched"]["false_not_modified"] == 0
+        assert h["full"]["not_modified"] == h["random"]["not_modified"] == 0  # plain Scrapy sends no validators
+    assert "per host, costsched over 10 days" in proc.stdout
