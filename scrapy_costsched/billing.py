@@ -24,8 +24,8 @@ class BillingModel(Protocol):
     page's learned mean cost of a visit (``None`` when nothing is known yet).
     ``attempt_cost`` is what one download attempt actually cost: *status* is the
     HTTP status, or ``None`` when the attempt failed without a response; *size* is
-    the bytes it moved, for bandwidth billing (reported as 0 until the byte
-    metering of ``ConditionalRequestMiddleware`` lands, so models here ignore it).
+    the bytes it moved (:mod:`~scrapy_costsched.metering`: request and response,
+    headers included, body as transferred).
     """
 
     unit: str
@@ -62,3 +62,22 @@ class CreditsBilling(RequestsBilling):
 
     def attempt_cost(self, status: int | None, size: int) -> float:
         return 1.0 if status is not None and status < 400 else 0.0
+
+
+class BandwidthBilling(RequestsBilling):
+    """A proxy billed per byte: every attempt costs the bytes it moved, failed ones included.
+
+    A visit is planned at the learned mean of its host and page type's full
+    fetches (and of their 304s, where validators are sent); a page of a kind
+    never fetched is planned at :attr:`prior_bytes` until one is.
+    """
+
+    unit = "bytes"
+    #: What a visit of a page of a kind never fetched is planned at (a typical HTML page).
+    prior_bytes = 64_000.0
+
+    def expected_cost(self, learned_cost: float | None) -> float:
+        return learned_cost if learned_cost is not None else self.prior_bytes
+
+    def attempt_cost(self, status: int | None, size: int) -> float:
+        return float(size)

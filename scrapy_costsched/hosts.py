@@ -62,9 +62,14 @@ class HostBook:
         """One answer's bytes for pages of *group* (host and page type); 304s apart from full answers."""
         self.bytes.setdefault(f"{group}|304" if not_modified else group, MeanBytes()).add(size)
 
-    def mean_bytes(self, group: str, not_modified: bool) -> float | None:
-        mean = self.bytes.get(f"{group}|304" if not_modified else group)
-        return mean.mean if mean is not None and mean.count else None
+    def mean_bytes(self, group: str | None, not_modified: bool) -> float | None:
+        """The mean bytes of one kind of answer for pages of *group*, or over every group (``None``)."""
+        if group is not None:
+            mean = self.bytes.get(f"{group}|304" if not_modified else group)
+            return mean.mean if mean is not None and mean.count else None
+        means = [m for g, m in self.bytes.items() if g.endswith("|304") == not_modified and m.count]
+        count = sum(m.count for m in means)
+        return sum(m.mean * m.count for m in means) / count if count else None
 
     def report(self) -> None:
         """Each host's verdicts into the stats (``costsched/hosts/<host>/<signal>``)."""

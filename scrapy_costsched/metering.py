@@ -1,16 +1,19 @@
 """Bytes from the wire: what one download attempt moved, headers included, body as transferred.
 
 Measured where the downloader hands the response over (before HttpCompressionMiddleware
-inflates the body), so a compressed page counts its compressed size. The request is
-counted as Scrapy's ``DownloaderStats`` counts it (:func:`scrapy.utils.request.request_httprepr`);
-the response by its status line, one ``Name: value`` line per header value and the body, which is
-what the server wrote for a response sent with ``Content-Length``.
+inflates the body), so a compressed page counts its compressed size. The response counts its
+status line, one ``Name: value`` line per header value and the body: what the server wrote for a
+response sent with ``Content-Length``, and exactly what Scrapy's ``DownloaderStats`` counts. The
+request counts what ``DownloaderStats`` counts (:func:`scrapy.utils.request.request_httprepr`)
+plus the ``:port`` the HTTP client writes into the ``Host`` header for a non-default port, which
+that representation leaves out.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_httprepr
 from twisted.web.http import RESPONSES
 
@@ -21,8 +24,14 @@ if TYPE_CHECKING:
 _CRLF = 2
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def request_size(request: Request) -> int:
-    return len(request_httprepr(request))
+    url = urlparse_cached(request)
+    port = url.port
+    explicit_port = len(f":{port}") if port is not None and port != _DEFAULT_PORTS.get(url.scheme) else 0
+    return len(request_httprepr(request)) + explicit_port
 
 
 def response_size(response: Response) -> int:

@@ -314,7 +314,7 @@ class CostAwareScheduler(BaseScheduler):
     def _next_discovery_fits(self) -> bool:
         if not self._discovery:
             return False
-        cost = self.tracker.planned_cost(self._discovery[0][3].meta)
+        cost = self.tracker.planned_cost(self._discovery[0][3].meta, self._discovery[0][2])
         return (self._discovery_spent + cost <= self._discovery_allowance
                 and cost <= self._available())
 
@@ -343,7 +343,7 @@ class CostAwareScheduler(BaseScheduler):
         if not self.budgeted:
             self.tracker.admitted(request, key, reason)
             return self.fallback.enqueue_request(request)
-        cost = self.tracker.planned_cost(request.meta)
+        cost = self.tracker.planned_cost(request.meta, key)
         if not new:
             if key not in self._planned:
                 return self._not_planned(request)
@@ -424,7 +424,7 @@ class CostAwareScheduler(BaseScheduler):
             _, _, key, new_request = heapq.heappop(self._discovery)
             if key in self._dispatched:
                 continue
-            cost = self.tracker.planned_cost(new_request.meta)
+            cost = self.tracker.planned_cost(new_request.meta, key)
             self._discovery_spent += cost
             moved += self._admit(new_request, key, cost, "discovery")
         if self._next_planned_fits():

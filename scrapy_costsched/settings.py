@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
 BILLING_MODELS = {
     "requests": "scrapy_costsched.billing.RequestsBilling",
     "credits": "scrapy_costsched.billing.CreditsBilling",
+    "bandwidth": "scrapy_costsched.billing.BandwidthBilling",
 }
 OBJECTIVES = ("freshness", "changes")
 
@@ -276,16 +277,11 @@ class Config:
 
         billing = get("COSTSCHED_BILLING")
         if not isinstance(billing, str) or not billing:
-            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits' or a dotted path to a billing class")
-        if billing == "bandwidth":
-            raise SettingError(
-                "COSTSCHED_BILLING ('bandwidth') needs the byte metering of ConditionalRequestMiddleware, which "
-                "this version does not ship yet; use 'requests', 'credits' or a dotted path to a billing class."
-            )
+            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits', 'bandwidth' or a dotted path to a billing class")
         if billing not in BILLING_MODELS and "." not in billing:
-            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits' or a dotted path to a billing class")
+            raise _invalid("COSTSCHED_BILLING", billing, "'requests', 'credits', 'bandwidth' or a dotted path to a billing class")
         budget = parse_budget(get("COSTSCHED_BUDGET"))
-        if budget is not None and budget.kind == "bytes" and billing in BILLING_MODELS:
+        if budget is not None and budget.kind == "bytes" and billing in ("requests", "credits"):
             raise SettingError(
                 f"COSTSCHED_BUDGET ({get('COSTSCHED_BUDGET')!r}) is an amount of bytes but COSTSCHED_BILLING is "
                 f"{billing!r}, which counts {billing}; give a plain number."

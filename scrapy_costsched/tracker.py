@@ -443,10 +443,16 @@ class Tracker:
         self.stats.inc_value("costsched/invalid/costsched_cost")
         return None
 
-    def planned_cost(self, meta: dict[str, Any]) -> float:
-        """What a visit is expected to cost: the ``costsched_cost`` override, else the billing model's."""
+    def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
+        """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its kind of page.
+
+        *key* is the page's, when the caller knows it (else the page in *meta*, if any).
+        """
         override = self._cost_override(meta)
-        return override if override is not None else self.billing.expected_cost(None)
+        if override is not None:
+            return override
+        page = self.page(key or meta.get(PAGE_META) or "")
+        return self._group_costs(page.group, self.now())[0] if page is not None else self.billing.expected_cost(None)
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -460,10 +466,10 @@ class Tracker:
         """
         result: list[Candidate] = []
         append = result.append
-        default_cost = self.billing.expected_cost(None)
-        # Looked up once per plan rather than once per page: tiers by name, and priors by group.
+        # Looked up once per plan rather than once per page: tiers by name, priors and costs by group.
         tiers: dict[str, float] = {}
         priors: dict[str, float] = {}
+        costs: dict[str, tuple[float, float | None]] = {}
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             last_visit, rate, raw_value, _, has_template, group, cost, rate_low, rate_high, not_before, links = row
             if not_before is not None and not_before > now:
@@ -474,15 +480,39 @@ class Tracker:
                 if group not in priors:
                     priors[group] = self.prior_rate(group)
                 rate = priors[group]
+            if group not in costs:
+                costs[group] = self._group_costs(group, now)
+            revalidation_cost = None
+            if cost is None:
+                cost, revalidation_cost = costs[group]
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)
                 if isinstance(raw_value, str):
                     tiers[raw_value] = value
             elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
-            append(Candidate(key, value, rate, elapsed, cost if cost is not None else default_cost, None,
+            append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_visit is not None else None,
                              rate_low, rate_high, None if links is None else self._hub(row)))
         return result
+
+    def _group_costs(self, group: str, now: float) -> tuple[float, float | None]:
+        """What a visit of a page of *group* (host and page type) costs in full, and answered 304.
+
+        Priced by the billing model from the group's mean bytes of each kind of answer; the 304
+        price only while the host is sent validators and it is the cheaper: the planner then prices
+        the visit by its marginal expected cost ``c304 + (cfull − c304)·P(changed)`` (research.md
+        section 1, :func:`~.model.freshness.visit_index`).
+        """
+        full = self.hosts.mean_bytes(group, not_modified=False)
+        if full is None:
+            full = self.hosts.mean_bytes(None, not_modified=False)  # a kind of page never fetched: the crawl's mean
+        cost = self.billing.expected_cost(self.billing.attempt_cost(200, round(full)) if full is not None else None)
+        host = self.hosts.of(group.partition("|")[0])
+        not_modified = self.hosts.mean_bytes(group, not_modified=True)
+        if not_modified is None or not any(host.to_send(True, True, now / DAY)) or not self.config.conditional:
+            return cost, None
+        revalidation = self.billing.attempt_cost(304, round(not_modified))
+        return cost, revalidation if revalidation < cost else None
 
     def _hub(self, row: Summary) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each priced as a new URL is."""
@@ -648,12 +678,12 @@ class Tracker:
             return None
         send_etag, send_date = self.hosts.of(page.host).to_send(page.etag is not None, page.last_modified is not None,
                                                                self.now() / DAY)
-        headers = {}
+        # A server that has If-None-Match ignores If-Modified-Since (RFC 9110 section 13.2.2): one is enough.
         if send_etag and page.etag is not None:
-            headers["If-None-Match"] = page.etag
+            return {"If-None-Match": page.etag}
         if send_date and page.last_modified is not None:
-            headers["If-Modified-Since"] = format_http_date(page.last_modified).decode("ascii")
-        return headers or None
+            return {"If-Modified-Since": format_http_date(page.last_modified).decode("ascii")}
+        return None
 
     def not_modified(self, request: Request, response: Response) -> bool:
         """A 304 answered the validators the middleware sent; ``True`` when it is to be verified by a full fetch.

@@ -98,9 +98,11 @@ def read_state(path: Path) -> dict[str, dict[str, Any]]:
     return {"meta": tables["meta"], "pages": tables["page"], "plan": tables["plan"]}
 
 
-def start_site(tmp: Path, last_modified: str = "honest", **catalog_args: Any) -> tuple[DemoSite, Any]:
+def start_site(tmp: Path, last_modified: str = "honest", hosts: tuple[str, ...] = ("honour",),
+               byte_log: Path | None = None, **catalog_args: Any) -> tuple[DemoSite, Any]:
+    """The demo shop on loopback: one honest host, or one host per validator mode of *hosts*."""
     catalog = Catalog.generate(**catalog_args)
-    server, url = serve_in_thread(catalog, last_modified=last_modified)
+    server, url = serve_in_thread(catalog, last_modified=last_modified, hosts=hosts, byte_log=byte_log)
     site = DemoSite(catalog, url, tmp / "clock")
     site.set_time(site.day(0))
     return site, server

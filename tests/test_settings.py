@@ -63,7 +63,8 @@ def test_durations(value: object, seconds: float) -> None:
     ("COSTSCHED_BUDGET_PERIOD", "1 fortnight", "COSTSCHED_BUDGET_PERIOD"),
     ("COSTSCHED_BUDGET_PERIOD", -1, "COSTSCHED_BUDGET_PERIOD"),
     ("COSTSCHED_OBJECTIVE", "speed", "COSTSCHED_OBJECTIVE \\('speed'\\) is invalid: it must be 'freshness' or"),
-    ("COSTSCHED_BILLING", "bandwidth", "COSTSCHED_BILLING \\('bandwidth'\\) needs the byte metering"),
+    ("COSTSCHED_VERIFY_SHARE", 1.5, "COSTSCHED_VERIFY_SHARE \\(1.5\\) is invalid: it must be a number from 0 to 1"),
+    ("COSTSCHED_CONDITIONAL", "maybe", "COSTSCHED_CONDITIONAL"),
     ("COSTSCHED_BILLING", "free", "COSTSCHED_BILLING"),
     ("COSTSCHED_RESERVE_DISCOVERY", 1.5, "COSTSCHED_RESERVE_DISCOVERY"),
     ("COSTSCHED_RESERVE_DISCOVERY", "x", "COSTSCHED_RESERVE_DISCOVERY"),
@@ -85,7 +86,8 @@ def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: 
 
 
 def test_the_boolean_settings_are_known() -> None:
-    assert BOOLEAN_SETTINGS == ["COSTSCHED_DROP_UNCHANGED", "COSTSCHED_ENABLED"]
+    assert BOOLEAN_SETTINGS == ["COSTSCHED_CONDITIONAL", "COSTSCHED_DELIVER_NOT_MODIFIED", "COSTSCHED_DROP_UNCHANGED",
+                                "COSTSCHED_ENABLED"]
 
 
 @pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
@@ -103,7 +105,7 @@ def test_a_bad_boolean_setting_is_one_line_naming_it(name: str, value: object) -
 def test_boolean_settings_accept_what_scrapy_accepts(name: str, value: object, expected: bool) -> None:
     assert Settings({name: value}).getbool(name) is expected  # Scrapy's own reading of the value
     cfg = config(**{name: value})
-    assert getattr(cfg, {"COSTSCHED_ENABLED": "enabled", "COSTSCHED_DROP_UNCHANGED": "drop_unchanged"}[name]) is expected
+    assert getattr(cfg, name.removeprefix("COSTSCHED_").lower()) is expected
 
 
 def test_command_line_json_values_are_accepted() -> None:
@@ -143,3 +145,7 @@ def test_a_bad_setting_stops_the_crawl_with_one_line_and_no_traceback(
     assert re.search(rf"(CRITICAL|ERROR): {name} \('{value}'\) is invalid: it must be ", mentions[0])
     assert "Traceback" not in result.log, result.log[-5000:]
     assert result.stats.get("downloader/request_count", 0) == 0
+
+
+def test_bandwidth_billing_takes_a_budget_in_bytes() -> None:
+    assert config(COSTSCHED_BILLING="bandwidth", COSTSCHED_BUDGET="500MB").budget == Budget(5e8, "bytes")

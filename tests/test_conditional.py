@@ -1,0 +1,175 @@
+"""Conditional requests in real crawls: hosts that honour, ignore, rotate or fake validators, and none.
+
+One site serves the demo shop's products from six loopback hosts, one validator behaviour each
+(``example_project/demo_site``), and logs the bytes it reads and writes per request and whether a
+page truly changed since the validators a request sent. Daily ``scrapy crawl`` runs in shadow mode
+(every page every day) show what each host earns and what it costs, by the server's own counts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import pytest
+
+from scrapy_costsched.model.validators import DEFAULT_VERIFY_SHARE, PROBATION_DAYS, verify_every
+from tests.helpers import DemoSite, crawl, read_state, start_site
+
+from demo_site.wire import read_byte_log  # isort: skip  (example_project is on the path via tests.helpers)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+HOSTS = ("honour", "ignore", "rotate", "false304", "none", "rotate:volatile")
+DAYS = 6
+SMALL_PAGE = 5000  # bytes
+
+
+@pytest.fixture(scope="module")
+def multi_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoSite, Any, Path]]:
+    tmp = tmp_path_factory.mktemp("hosts")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp / "clock"))
+    byte_log = tmp / "bytes.jsonl"
+    site, server = start_site(tmp, hosts=HOSTS, byte_log=byte_log, products=72, categories=3, seed=11,
+                              horizon_days=DAYS + 5)
+    yield site, server, byte_log
+    server.shutdown()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def history(multi_host: tuple[DemoSite, Any, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A daily crawl of every page (shadow mode), with each day's stats, state and server log."""
+    site, server, byte_log = multi_host
+    work = tmp_path_factory.mktemp("history")
+    offset = 0
+    days = []
+    for day in range(1, DAYS + 1):
+        site.set_time(site.day(day))
+        result = crawl(site, work, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        entries, offset = read_byte_log(byte_log, offset)
+        days.append({"day": day, "stats": result.stats, "log": entries,
+                     "state": read_state(work / "state.sqlite")})
+    return {"days": days, "hosts": {mode: urlparse(server.url_for(mode.partition(":")[0]) if ":" not in mode
+                                                   else server.urls[HOSTS.index(mode)]).hostname
+                                    for mode in HOSTS}}
+
+
+def _entries(history: dict[str, Any], mode: str, since_day: int = 1) -> list[dict[str, Any]]:
+    host = history["hosts"][mode]
+    return [e for day in history["days"][since_day - 1:] for e in day["log"] if e["host"] == host]
+
+
+def _verdict(day: dict[str, Any], host: str, signal: str) -> str | None:
+    return day["stats"].get(f"costsched/hosts/{host}/{signal}")
+
+
+def test_an_unchanged_visit_to_an_honouring_host_costs_a_tenth_of_a_full_fetch(history: dict[str, Any]) -> None:
+    full: dict[str, int] = {}
+    ratios = []
+    for entry in _entries(history, "honour"):
+        size = entry["sent"] + entry["received"]
+        if entry["status"] == 200:
+            full[entry["path"]] = size
+        # Pages of the size of real ones: a 304 of a few hundred bytes cannot be a tenth of a page that
+        # small itself (the demo's front page is 300 bytes).
+        elif entry["status"] == 304 and full.get(entry["path"], 0) >= SMALL_PAGE:
+            assert entry["changed_since_validators"] is False  # an honest 304
+            ratios.append(size / full[entry["path"]])
+    assert len(ratios) >= 10, "the honouring host was sent conditional requests and answered 304"
+    assert max(ratios) <= 0.10, f"a 304 cost {max(ratios):.1%} of a full fetch of the same page"
+
+
+def test_a_host_that_answers_304_to_everything_is_caught_within_the_stated_bound(history: dict[str, Any]) -> None:
+    host = history["hosts"]["false304"]
+    caught = next((d for d in history["days"] if _verdict(d, host, "not_modified") == "false"), None)
+    assert caught is not None, "the false-304 host was never caught"
+    answered, verified, false = caught["state"]["meta"]["host_validators"][host]["answers"][:3]
+    assert false >= 1
+    # Its first 304 and every k-th after are verified; it is caught at the first verification of a
+    # page that changed, so the 304s it sent before are at most k per verification that found none.
+    assert answered <= verify_every(DEFAULT_VERIFY_SHARE) * (verified + 1)
+    # From then on (within the probation) it gets no conditional request, and its pages are fetched in full.
+    later = _entries(history, "false304", since_day=caught["day"] + 1)
+    assert caught["day"] + 1 <= DAYS < caught["day"] + PROBATION_DAYS
+    assert later
+    assert not any(e["conditional"] for e in later)
+    assert all(e["status"] == 200 for e in later)
+    assert all(_verdict(d, host, "not_modified") == "false" for d in history["days"][caught["day"]:])
+
+
+def test_false_304s_the_crawler_accepted_are_few(history: dict[str, Any]) -> None:
+    false_304s = [e for e in _entries(history, "false304") if e["status"] == 304 and e["changed_since_validators"]]
+    verified = sum(d["stats"].get("costsched/not_modified/false", 0) for d in history["days"])
+    assert verified >= 1
+    assert len(false_304s) <= verify_every(DEFAULT_VERIFY_SHARE)
+
+
+def test_a_host_that_ignores_validators_stops_receiving_them(history: dict[str, Any]) -> None:
+    host = history["hosts"]["ignore"]
+    judged = next((d for d in history["days"] if _verdict(d, host, "not_modified") == "ignored"), None)
+    assert judged is not None
+    later = _entries(history, "ignore", since_day=judged["day"] + 1)
+    assert later
+    assert not any(e["conditional"] for e in later)
+
+
+def test_a_rotating_etag_host_gets_if_modified_since_only_while_its_dates_are_trusted(
+        history: dict[str, Any]) -> None:
+    last = history["days"][-1]
+    honest_dates, volatile_dates = history["hosts"]["rotate"], history["hosts"]["rotate:volatile"]
+    assert _verdict(last, honest_dates, "etag") == _verdict(last, volatile_dates, "etag") == "volatile"
+    assert _verdict(last, honest_dates, "last_modified") == "trusted"
+    assert _verdict(last, volatile_dates, "last_modified") != "trusted"
+    # The rotating host answers If-None-Match with a full page and honours If-Modified-Since alone:
+    # its 304s show the crawler sent the date and no ETag.
+    assert any(e["status"] == 304 and e["changed_since_validators"] is False for e in _entries(history, "rotate"))
+    assert not any(e["conditional"] for e in _entries(history, "rotate:volatile"))
+
+
+def test_a_host_without_validators_is_called_so_and_never_sent_any(history: dict[str, Any]) -> None:
+    host = history["hosts"]["none"]
+    last = history["days"][-1]
+    assert _verdict(last, host, "etag") == _verdict(last, host, "last_modified") == "none"
+    assert not any(e["conditional"] for e in _entries(history, "none"))
+
+
+def test_verdicts_and_304_shares_are_in_stats_and_in_the_state(history: dict[str, Any]) -> None:
+    last = history["days"][-1]
+    stored = last["state"]["meta"]["host_validators"]
+    for mode in ("honour", "ignore", "false304"):
+        host = history["hosts"][mode]
+        assert host in stored
+        for signal in ("etag", "last_modified", "not_modified"):
+            assert _verdict(last, host, signal) is not None
+    honour = history["hosts"]["honour"]
+    assert _verdict(last, honour, "etag") == _verdict(last, honour, "not_modified") == "trusted"
+    per_host = sum(last["stats"].get(f"costsched/not_modified/{h}", 0) for h in history["hosts"].values())
+    assert per_host == last["stats"]["costsched/not_modified"] > 0
+
+
+def test_byte_counts_agree_with_scrapys_stats_and_the_servers_own(history: dict[str, Any]) -> None:
+    for day in history["days"]:
+        stats = day["stats"]
+        # Scrapy counts responses as they are written, and requests without the ":port" of the Host
+        # header the client sends (5 digits for a free port): the middleware counts that too.
+        assert stats["costsched/bytes/received"] == stats["downloader/response_bytes"]
+        port_bytes = stats["costsched/bytes/sent"] - stats["downloader/request_bytes"]
+        assert 0 < port_bytes <= len(":65535") * stats["downloader/request_count"]
+        server_sent = sum(e["sent"] for e in day["log"])
+        server_received = sum(e["received"] for e in day["log"])
+        assert stats["costsched/bytes/received"] == server_sent
+        assert stats["costsched/bytes/sent"] == server_received
+
+
+def test_304s_reach_neither_callback_nor_errback_and_are_not_logged_as_errors(history: dict[str, Any]) -> None:
+    for day in history["days"]:
+        stats = day["stats"]
+        assert stats.get("log_count/ERROR", 0) == 0
+        assert "spider_exceptions" not in "".join(stats)
+        assert stats.get("httperror/response_ignored_count", 0) == 0
+    assert any(e["status"] == 304 for e in _entries(history, "honour"))
