@@ -13,8 +13,10 @@ A 304 to its validators is the visit's observation, "unchanged since the last
 visit", and reaches neither the callback nor the errback (HttpErrorMiddleware
 does not see it as an error) unless the spider asks for its 304s
 (``COSTSCHED_DELIVER_NOT_MODIFIED`` or meta ``costsched_deliver_not_modified``).
-Every ``k``-th 304 of a host is verified instead: the page is fetched again at
-once without validators, and a changed record shows a false 304.
+Every ``k``-th conditional visit of a host is a verification: it sends a canary
+validator no response ever carried, which an honest host answers in full and a
+host that answers 304 to anything answers 304 (then the page is fetched again at
+once, without validators).
 
 It also settles what never reached a download handler: a request refused by
 robots.txt or offsite rules, answered by the HTTP cache or by another
@@ -44,9 +46,9 @@ from scrapy_costsched.visits import (
     DELIVER_META,
     NOT_MODIFIED_META,
     PAGE_META,
+    REFETCH_META,
     SUBREQUEST_META,
     VALIDATORS_META,
-    VERIFY_META,
 )
 
 if TYPE_CHECKING:
@@ -106,16 +108,17 @@ class ConditionalRequestMiddleware:
                 request.headers.pop(name, None)
             del meta[VALIDATORS_META]
             self.tracker.stats.inc_value("costsched/conditional/stripped")
-        if PAGE_META not in meta or meta.get(SUBREQUEST_META) or meta.get(VERIFY_META) is not None:
+        if PAGE_META not in meta or meta.get(SUBREQUEST_META) or meta.get(REFETCH_META):
             return
         if any(name in request.headers for name in CONDITIONAL_HEADERS):  # the spider's own: left alone
             return
-        headers = self.tracker.validators_for(request)
-        if headers:
+        validators = self.tracker.validators_for(request)
+        if validators is not None:
+            headers, canary = validators
             for name, value in headers.items():
                 request.headers[name] = value
-            meta[VALIDATORS_META] = {"url": request.url, "headers": headers}
-            self.tracker.stats.inc_value("costsched/conditional/sent")
+            meta[VALIDATORS_META] = {"url": request.url, "headers": headers, "canary": canary}
+            self.tracker.stats.inc_value(f"costsched/conditional/{'canary' if canary else 'sent'}")
 
     def _robots_middleware(self) -> RobotsTxtMiddleware | None:
         """The crawl's RobotsTxtMiddleware if it has the coroutine version that lets waiters through."""
@@ -135,7 +138,7 @@ class ConditionalRequestMiddleware:
                 or added.get("url") != response.url:
             return response
         if self.tracker.not_modified(request, response):
-            return self._verification(request, added.get("headers") or {})
+            return self._refetch(request, added.get("headers") or {})
         meta = {**request.meta, NOT_MODIFIED_META: True}
         if request.meta.get(DELIVER_META, self.tracker.config.deliver_not_modified):
             meta["handle_httpstatus_list"] = [*meta.get("handle_httpstatus_list", ()), 304]
@@ -143,14 +146,14 @@ class ConditionalRequestMiddleware:
         meta["handle_httpstatus_all"] = True
         return response.replace(request=request.replace(callback=_discard, errback=None, meta=meta))
 
-    def _verification(self, request: Request, added: dict[str, str]) -> Request:
-        """The page again at once, without validators: its record shows whether the 304 was true."""
-        verification = request.replace(dont_filter=True)
+    def _refetch(self, request: Request, added: dict[str, str]) -> Request:
+        """The page again at once, without validators: a 304 to a canary says nothing about it."""
+        refetch = request.replace(dont_filter=True)
         for name in added:
-            verification.headers.pop(name, None)
-        del verification.meta[VALIDATORS_META]
-        verification.meta[VERIFY_META] = self.tracker.now()
-        return verification
+            refetch.headers.pop(name, None)
+        del refetch.meta[VALIDATORS_META]
+        refetch.meta[REFETCH_META] = True
+        return refetch
 
     def process_exception(self, request: Request, exception: Exception, spider: Spider | None = None) -> None:
         self.tracker.settle(request)

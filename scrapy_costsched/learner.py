@@ -103,7 +103,9 @@ class Learner:
             if verdict == CONTRADICTS:
                 logger.warning("costsched: %s sent the same ETag for a changed record (%s): its ETags are not "
                                "trusted for a while", page.host, page.url)
-        if visit.validators_sent:
+        if visit.canary:
+            self.stats.inc_value(f"costsched/not_modified/{host.answers.verified_by(False, visit.time / DAY)}")
+        elif visit.validators_sent:
             etag_sent = visit.validators_sent.get("If-None-Match")
             matched = (visit.etag == etag_sent) if etag_sent is not None else \
                 visit.last_modified is not None and visit.last_modified == page.last_modified
@@ -111,14 +113,6 @@ class Learner:
                 self.stats.inc_value("costsched/not_modified/ignored")
                 logger.info("costsched: %s answers conditional requests in full although its validators match; "
                             "it is sent none for a while", page.host)
-        if visit.verifies is not None:
-            rate = page.estimate.rate if page.estimate is not None else self.prior_rate(page.group)
-            explained = -math.expm1(-rate * max(visit.time - visit.verifies, 0.0) / DAY)
-            verdict = host.answers.verify(changed, explained, visit.time / DAY)
-            self.stats.inc_value(f"costsched/not_modified/{verdict}")
-            if verdict == "false":
-                logger.warning("costsched: %s answered 304 for a changed record (%s): it gets no conditional "
-                               "request for %g days", page.host, page.url, host.answers.blocked_until - visit.time / DAY)
 
     def _record_links(self, page: PageState, visit: Visit) -> None:
         """Count the new pages this visit revealed, from the page's second visit that links out on.

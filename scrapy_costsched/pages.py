@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 _TRANSIENT_META = frozenset({
     "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "costsched_hold",
     "download_latency", "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
-    "download_timeout", "handle_httpstatus_all", "is_start_request", "costsched_validators", "costsched_verify",
+    "download_timeout", "handle_httpstatus_all", "is_start_request", "costsched_validators", "costsched_refetch",
     "costsched_not_modified",
 })
 

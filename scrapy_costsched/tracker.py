@@ -33,7 +33,7 @@ from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.model.validators import verify_every
+from scrapy_costsched.model.validators import CANARY_ETAG, verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
@@ -45,7 +45,6 @@ from scrapy_costsched.visits import (
     REASON_META,
     SUBREQUEST_META,
     VALIDATORS_META,
-    VERIFY_META,
     VISIT_META,
     Visit,
     VisitBook,
@@ -115,6 +114,7 @@ class Tracker:
         self.yield_only: set[str] = set()
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
+        self._first_canaries: set[str] = set()  # hosts never verified whose first verification is in flight
         self._since_commit = 0
         self.volatile = VolatileFields()
         for handler, signal in (
@@ -560,6 +560,10 @@ class Tracker:
         status, received = self._answers.pop(id(request), (None, 0))
         sent = request_size(request)
         self._release_robots(request)
+        validators = request.meta.get(VALIDATORS_META)
+        if isinstance(validators, dict) and validators.get("canary") and status != 304:
+            # answered in full (judged with the record) or failed: either way no longer in flight
+            self._first_canaries.discard(urlparse_cached(request).hostname or "")
         self.ledger.charge(request, self.billing.attempt_cost(status, sent + received))
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)
@@ -641,9 +645,7 @@ class Tracker:
             self._read_validators(visit, response)
             sent = response.meta.get(VALIDATORS_META)
             if isinstance(sent, dict) and sent.get("url") == response.url:
-                visit.validators_sent = sent.get("headers")
-            verifies = response.meta.get(VERIFY_META)
-            visit.verifies = float(verifies) if isinstance(verifies, (int, float)) else None
+                visit.validators_sent, visit.canary = sent.get("headers"), bool(sent.get("canary"))
         return visit
 
     def _header(self, response: Response, parse: Callable[[], Any]) -> Any:
@@ -667,28 +669,36 @@ class Tracker:
 
     # -- conditional requests --------------------------------------------
 
-    def validators_for(self, request: Request) -> dict[str, str] | None:
+    def validators_for(self, request: Request) -> tuple[dict[str, str], bool] | None:
         """The conditional headers a visit of a known page sends, as its host has earned them, or ``None``.
 
         Never on a first visit, nor on a request for another URL than the one the validators came from.
+        Every k-th conditional visit of a host (``COSTSCHED_VERIFY_SHARE``) is a verification: its
+        headers are a canary no honest host answers 304 to (then the second value is ``True``).
         """
         key = request.meta.get(PAGE_META)
         page = self.page(key) if isinstance(key, str) and self.config.conditional else None
         if page is None or page.record is None or page.url != request.url:
             return None
-        send_etag, send_date = self.hosts.of(page.host).to_send(page.etag is not None, page.last_modified is not None,
-                                                               self.now() / DAY)
+        host = self.hosts.of(page.host)
+        send_etag, send_date = host.to_send(page.etag is not None, page.last_modified is not None, self.now() / DAY)
+        if not (send_etag or send_date) or page.host in self._first_canaries:
+            return None  # a host is believed only once it passed one verification
+        canary = host.answers.due(verify_every(self.config.verify_share))
+        if canary and not host.answers.verified:
+            self._first_canaries.add(page.host)
         # A server that has If-None-Match ignores If-Modified-Since (RFC 9110 section 13.2.2): one is enough.
         if send_etag and page.etag is not None:
-            return {"If-None-Match": page.etag}
-        if send_date and page.last_modified is not None:
-            return {"If-Modified-Since": format_http_date(page.last_modified).decode("ascii")}
-        return None
+            return {"If-None-Match": CANARY_ETAG if canary else page.etag}, canary
+        assert page.last_modified is not None
+        since = page.last_modified - 1.0 if canary else page.last_modified
+        return {"If-Modified-Since": format_http_date(since).decode("ascii")}, canary
 
     def not_modified(self, request: Request, response: Response) -> bool:
-        """A 304 answered the validators the middleware sent; ``True`` when it is to be verified by a full fetch.
+        """A 304 answered the validators the middleware sent; ``True`` when the page is to be fetched again in full.
 
-        Otherwise it is the visit's observation at once: "unchanged since the last visit".
+        A 304 to a verification's canary convicts the host, and the visit needs the page
+        itself; any other 304 is the visit's observation at once: "unchanged since the last visit".
         """
         key = request.meta[PAGE_META]
         page = self.page(key)
@@ -697,10 +707,18 @@ class Tracker:
         host = self.hosts.of(page.host)
         self.stats.inc_value("costsched/not_modified")
         self.stats.inc_value(f"costsched/not_modified/{page.host}")
-        affordable = self.config.shadow or self.ledger.remaining() >= self.planned_cost(request.meta)
-        if host.answers.not_modified(verify_every(self.config.verify_share)) and affordable:
-            self.stats.inc_value("costsched/not_modified/verifying")
+        if request.meta[VALIDATORS_META].get("canary"):
+            self._first_canaries.discard(page.host)
+            host.answers.verified_by(True, self.now() / DAY)
+            self.stats.inc_value("costsched/not_modified/false")
+            logger.warning("costsched: %s answered 304 to a validator it never sent (%s), so its 304s say nothing: "
+                           "it gets no conditional request for %g days", page.host, page.url,
+                           host.answers.blocked_until - self.now() / DAY)
             return True
+        if not host.answers.usable(self.now() / DAY):  # sent before the host was convicted: worth nothing
+            self.stats.inc_value("costsched/not_modified/discarded")
+            return True
+        host.answers.not_modified()
         token = request.meta.get(VISIT_META)
         visit = self.visits.start(key, token if isinstance(token, int) else self.visits.new_token(), self.now())
         if visit is None:

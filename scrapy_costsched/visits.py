@@ -23,10 +23,10 @@ PAGE_META = "costsched_page"
 VISIT_META = "costsched_visit"
 SUBREQUEST_META = "costsched_subrequest"
 REASON_META = "costsched_reason"
-#: Set by ConditionalRequestMiddleware: the validators it added (URL and header names), a 304 being verified
-#: (the time of the 304), and a 304 passed to the callback.
+#: Set by ConditionalRequestMiddleware: the validators it added (URL, headers, whether a verification's
+#: canary), the page fetched again without validators after a 304 to a canary, and a 304 passed to the callback.
 VALIDATORS_META = "costsched_validators"
-VERIFY_META = "costsched_verify"
+REFETCH_META = "costsched_refetch"
 NOT_MODIFIED_META = "costsched_not_modified"
 #: Request meta a spider sets to receive its 304s (``COSTSCHED_DELIVER_NOT_MODIFIED`` for every request).
 DELIVER_META = "costsched_deliver_not_modified"
@@ -59,8 +59,8 @@ class Visit:
     """The response's ``ETag`` (header form), if it sent a readable one."""
     validators_sent: dict[str, str] | None = None
     """The conditional headers ConditionalRequestMiddleware sent (name to value), answered in full."""
-    verifies: float | None = None
-    """When this visit re-fetches a page right after its 304 (verification), the time of that 304."""
+    canary: bool = False
+    """Those headers were a verification's canary, which no honest host answers with a 304."""
     not_modified: bool = False
     """The visit was answered 304: unchanged since the last one, nothing to compare."""
 

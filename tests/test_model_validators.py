@@ -48,39 +48,33 @@ def test_weak_and_strong_forms_of_one_tag_are_the_same_etag() -> None:
     assert audit_etag(SignalTrust(), '"x"', 'W/"x"', changed=False) == "agrees"
 
 
-def test_verification_takes_the_first_304_then_every_kth_per_host() -> None:
+def test_verification_takes_each_hosts_first_conditional_visit_then_every_kth() -> None:
     every = verify_every(0.1)
     assert every == 10
     big, small = NotModifiedTrust(), NotModifiedTrust()
-    assert small.not_modified(every)  # a host with a single 304 is verified too
-    verified = [n for n in range(35) if big.not_modified(every)]
-    assert verified == [0, 10, 20, 30]
-    assert not any(NotModifiedTrust().not_modified(verify_every(0.0)) for _ in range(5))
+    assert small.due(every)  # a host with a single conditional visit is verified too
+    assert [n for n in range(35) if big.due(every)] == [0, 10, 20, 30]
+    assert not any(NotModifiedTrust().due(verify_every(0.0)) for _ in range(5))
 
 
-@pytest.mark.parametrize(("changed", "explained", "verdict", "usable"), [
-    (False, 0.0, "verified", True),
-    (True, 0.0001, "false", False),
-    (True, 0.5, "inconclusive", True),  # a page that changes by the second: the rate explains it
-])
-def test_a_verified_304_is_judged_by_what_the_full_fetch_found(changed: bool, explained: float, verdict: str,
-                                                               usable: bool) -> None:
-    trust = NotModifiedTrust()
-    assert trust.not_modified(10)
-    assert trust.verify(changed, explained, today=3.0) == verdict
-    assert trust.usable(3.0) is usable
+def test_a_304_to_the_canary_convicts_the_host_at_once_and_a_full_answer_clears_it() -> None:
+    honest, liar = NotModifiedTrust(), NotModifiedTrust()
+    assert honest.verified_by(not_modified=False, today=3.0) == "verified"
+    assert honest.usable(3.0)
+    assert liar.verified_by(not_modified=True, today=3.0) == "false"
+    assert not liar.usable(3.0)
 
 
 def test_a_false_304_stops_conditional_requests_until_a_probation_ends_then_doubles() -> None:
     host = HostValidators(etag=SignalTrust(agrees=10))
-    host.answers.not_modified(10)
-    host.answers.verify(changed=True, explained=0.0, today=1.0)
+    assert host.answers.due(10)
+    host.answers.verified_by(not_modified=True, today=1.0)
     assert host.verdicts()["not_modified"] == "false"
     assert host.to_send(etag=True, date=False, today=1.0 + PROBATION_DAYS - 0.01) == (False, False)
     assert host.to_send(etag=True, date=False, today=1.0 + PROBATION_DAYS) == (True, False)  # re-audited
     assert host.verdicts()["not_modified"] == "learning"
-    assert host.answers.not_modified(10)  # its first 304 after the probation is verified
-    host.answers.verify(changed=True, explained=0.0, today=10.0)
+    assert host.answers.due(10)  # its first conditional visit after the probation is a verification
+    host.answers.verified_by(not_modified=True, today=10.0)
     assert host.answers.blocked_until == 10.0 + 2 * PROBATION_DAYS
 
 
@@ -96,7 +90,7 @@ def test_a_host_that_never_answers_304_to_matching_validators_ignores_them() -> 
 
 def test_a_host_that_answered_304_is_not_said_to_ignore_validators() -> None:
     trust = NotModifiedTrust()
-    trust.not_modified(10)
+    trust.not_modified()
     assert not any(trust.answered_in_full(validators_matched=True, today=1.0) for _ in range(10))
 
 

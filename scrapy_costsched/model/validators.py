@@ -10,15 +10,21 @@ validators and ignore them, rotate ETags on every response, and some answer
   (the ETag lies), a new ETag over the same record is *volatile* (rotating,
   per-server or gzip-suffixed tags). Counted in a :class:`~.trust.SignalTrust`,
   as Last-Modified dates are (:func:`~.trust.audit_date`).
-- **304 answers** (:class:`NotModifiedTrust`): every ``k``-th 304 of a host,
-  its first one included, is verified by fetching the page again in full at
-  once (``k = ⌈1/share⌉``, per host, so small hosts are verified as often as
-  big ones). A record that changed within seconds of a 304, which the page's
-  rate does not explain, is a false 304: the host's 304s lose trust at once.
-  A host that is sent validators that still match and answers in full every
-  time ignores them. Either way it gets no conditional request for a probation
-  of :data:`PROBATION_DAYS` (doubled with each strike), then is tried again,
-  its first 304 verified: trust is re-audited, never granted for good.
+- **304 answers** (:class:`NotModifiedTrust`): each host's first conditional
+  visit, and one in every ``k = ⌈1/share⌉`` after (per host, so small hosts
+  are verified as often as big ones), is a verification: it goes out without
+  the page's validators, with a *canary* instead, an ``If-None-Match`` no
+  response ever carried (or an ``If-Modified-Since`` a second before the
+  page's date). An honest host answers in full, exactly as without validators;
+  a host that answers 304 to it would answer 304 whatever changed, and is
+  convicted by that one answer, without guessing whether the page's rate
+  explains a change. Its 304s lose trust at once. A host that is sent
+  validators that still match and answers in full every time ignores them.
+  Either way it gets no conditional request for a probation of
+  :data:`PROBATION_DAYS` (doubled with each strike), then is tried again, its
+  first conditional visit a verification: trust is re-audited, never granted
+  for good. Hosts whose ETags or dates do not follow the record are caught by
+  the audits of full answers above.
 
 A host is sent ``If-None-Match`` only while its ETags are trusted, and
 ``If-Modified-Since`` only while its dates are (:meth:`HostValidators.to_send`).
@@ -31,13 +37,13 @@ from dataclasses import dataclass, field
 
 from scrapy_costsched.model.trust import AGREES, CONTRADICTS, VOLATILE, SignalTrust
 
-__all__ = ["DEFAULT_VERIFY_SHARE", "FALSE_304_EVIDENCE", "IGNORED_AFTER", "PROBATION_DAYS", "HostValidators",
+__all__ = ["CANARY_ETAG", "DEFAULT_VERIFY_SHARE", "IGNORED_AFTER", "PROBATION_DAYS", "HostValidators",
            "NotModifiedTrust", "audit_etag", "verify_every"]
 
-#: Share of a host's 304s verified by a full fetch, unless ``COSTSCHED_VERIFY_SHARE`` says otherwise.
+#: Share of a host's conditional visits sent as verifications, unless ``COSTSCHED_VERIFY_SHARE`` says otherwise.
 DEFAULT_VERIFY_SHARE = 0.1
-#: A change after a 304 that the page's rate makes less likely than this is blamed on the 304.
-FALSE_304_EVIDENCE = 0.05
+#: The entity-tag a verification sends: no server ever gave it, so only a liar answers 304 to it.
+CANARY_ETAG = '"costsched-canary-0"'
 #: Full answers to matching validators, with no 304 ever, before a host is said to ignore them.
 IGNORED_AFTER = 3
 #: Days without conditional requests for a host caught on a false 304 or ignoring validators (doubled per strike).
@@ -47,7 +53,7 @@ ABSENT_AFTER = 3
 
 
 def verify_every(share: float) -> int:
-    """A share of 304s to verify as "every k-th" (0: never).
+    """A share of conditional visits to verify as "every k-th" (0: never).
 
     >>> verify_every(0.1), verify_every(0.3), verify_every(1.0), verify_every(0.0)
     (10, 4, 1, 0)
@@ -75,13 +81,13 @@ def audit_etag(trust: SignalTrust, previous: str, current: str, changed: bool) -
 class NotModifiedTrust:
     """What a host's answers to conditional requests have shown.
 
-    *answered*: 304s received; *verified*: 304s re-fetched in full that found
-    the record as it was; *false*: 304s caught over a changed record;
+    *answered*: 304s to the page's own validators; *verified*: verifications
+    answered in full, as they must be; *false*: verifications answered 304;
     *ignored*: full answers to validators that still matched, in a row;
-    *until_verify*: 304s to pass before the next is verified (0: verify the
-    next); *strikes*: probations so far; *blocked_until*: the day (in the
-    caller's clock, days) a probation ends, 0 when none; *reason*: the verdict
-    that started it.
+    *until_verify*: conditional visits to pass before the next verification (0:
+    the next is one); *strikes*: probations so far; *blocked_until*: the day
+    (in the caller's clock, days) a probation ends, 0 when none; *reason*: the
+    verdict that started it.
     """
 
     answered: int = 0
@@ -97,49 +103,48 @@ class NotModifiedTrust:
         """Whether the host may be sent conditional requests on day *today*; a probation that ended is lifted."""
         if self.blocked_until and today >= self.blocked_until:
             self.blocked_until = 0.0
-            self.ignored = self.until_verify = 0  # tried again from scratch, its first 304 verified
+            self.ignored = self.until_verify = 0  # tried again from scratch, its first conditional visit verified
         return not self.blocked_until
 
     @property
     def verdict(self) -> str:
-        """``"false"`` or ``"ignored"`` during a probation, ``"trusted"`` once a 304 was verified, else ``"learning"``."""
+        """``"false"`` or ``"ignored"`` during a probation, ``"trusted"`` once a verification passed, else ``"learning"``."""
         if self.blocked_until:
             return self.reason
         return "trusted" if self.verified else "learning"
 
-    def not_modified(self, every: int) -> bool:
-        """A 304 arrived; whether to verify it (every *every*-th, the first included; 0: never).
+    def due(self, every: int) -> bool:
+        """A conditional visit is about to go out: whether it is a verification (every *every*-th, the first included).
 
         >>> trust = NotModifiedTrust()
-        >>> [trust.not_modified(3) for _ in range(7)]
-        [True, False, False, True, False, False, True]
+        >>> [trust.due(3) for _ in range(7)], NotModifiedTrust().due(0)
+        ([True, False, False, True, False, False, True], False)
         """
-        self.answered += 1
-        self.ignored = 0
-        if not every or self.until_verify:
-            self.until_verify = max(self.until_verify - 1, 0)
+        if not every:
+            return False
+        if self.until_verify:
+            self.until_verify -= 1
             return False
         self.until_verify = every - 1
         return True
 
-    def verify(self, changed: bool, explained: float, today: float) -> str:
-        """The full fetch right after a verified 304 found the record *changed* or not.
+    def not_modified(self) -> None:
+        """A 304 to the page's own validators."""
+        self.answered += 1
+        self.ignored = 0
 
-        *explained* is the probability the page's rate gives a change in the
-        seconds between the two answers; below :data:`FALSE_304_EVIDENCE` a change
-        is the 304's fault. Returns ``"verified"``, ``"false"`` or ``"inconclusive"``.
+    def verified_by(self, not_modified: bool, today: float) -> str:
+        """A verification's answer: ``"false"`` (a 304 to the canary: the probation starts) or ``"verified"``.
 
         >>> trust = NotModifiedTrust()
-        >>> trust.verify(False, 0.0, 1.0), trust.verify(True, 0.5, 1.0), trust.verify(True, 0.001, 1.0)
-        ('verified', 'inconclusive', 'false')
-        >>> trust.verdict, trust.usable(7.9), trust.usable(8.0), trust.verdict
-        ('false', False, True, 'trusted')
+        >>> trust.verified_by(False, 1.0), trust.verdict, trust.verified_by(True, 1.0), trust.verdict
+        ('verified', 'trusted', 'false', 'false')
+        >>> trust.usable(7.9), trust.usable(8.0), trust.verdict
+        (False, True, 'trusted')
         """
-        if not changed:
+        if not not_modified:
             self.verified += 1
             return "verified"
-        if explained >= FALSE_304_EVIDENCE:
-            return "inconclusive"
         self.false += 1
         self._strike("false", today)
         return "false"

@@ -211,12 +211,15 @@ def run_policy(
         for i in policy.plan(time, available):
             page = pages[i]
             trust = answers.setdefault(page.host, NotModifiedTrust())
-            outcome = scorer.outcome(i, time, validators=trust.usable(time))
-            if outcome.status == 304 and trust.not_modified(every):
-                # Verify the 304 with a full fetch at once: no change can fall between the two answers.
-                full = scorer.outcome(i, time, validators=False)
-                trust.verify(full.truly_changed, 0.0, time)
-                outcome = replace(full, cost=outcome.cost + full.cost)
+            revalidation = page.revalidation_cost
+            conditional = revalidation is not None and trust.usable(time)
+            if revalidation is not None and conditional and trust.due(every):
+                # A verification: a canary validator, answered 304 only by a host that answers 304 to anything.
+                outcome = scorer.outcome(i, time, validators=False)
+                if trust.verified_by(page.lies, time) == "false":
+                    outcome = replace(outcome, cost=outcome.cost + revalidation)
+            else:
+                outcome = scorer.outcome(i, time, validators=conditional)
             scorer.record(i, time, outcome)
             policy.observe(i, time, outcome)
             spent += outcome.cost
