@@ -16,7 +16,10 @@ import pytest
 from scrapy_costsched.model.validators import PROBATION_DAYS
 from tests.helpers import DemoSite, crawl, read_state, start_site
 
-from demo_site.wire import read_byte_log  # isort: skip  (example_project is on the path via tests.helpers)
+from demo_site.catalog import DAY as DAY_SECONDS  # isort: skip  (example_project is on the path via tests.helpers)
+from demo_shop.settings import COSTSCHED_VALUE_TIERS  # isort: skip
+from demo_site.evaluate import Dataset, freshness  # isort: skip
+from demo_site.wire import read_byte_log  # isort: skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -176,3 +179,44 @@ def test_304s_reach_neither_callback_nor_errback_and_are_not_logged_as_errors(hi
         assert "spider_exceptions" not in "".join(stats)
         assert stats.get("httperror/response_ignored_count", 0) == 0
     assert any(e["status"] == 304 for e in _entries(history, "honour"))
+
+
+#: Of the bytes a full crawl moves: enough to visit every page every day once validators make unchanged pages
+#: cheap, not without them (bench/validators.py measures tighter budgets too).
+BUDGET_SHARE = 0.9
+COMPARE_DAYS = 8
+
+
+@pytest.fixture(scope="module")
+def with_and_without(multi_host: tuple[DemoSite, Any, Path], tmp_path_factory: pytest.TempPathFactory,
+                     history: dict[str, Any]) -> dict[str, Any]:
+    """The same byte budget a day, conditional requests on and off, scored against the site's truth."""
+    site, _, byte_log = multi_host
+    work = tmp_path_factory.mktemp("compare")
+    full_bytes = sum(e["sent"] + e["received"] for e in history["days"][0]["log"])
+    budget = round(BUDGET_SHARE * full_bytes)
+    runs: dict[str, dict[str, Any]] = {}
+    offset = byte_log.stat().st_size
+    for name, conditional in (("on", True), ("off", False)):
+        dataset, fresh, spent = Dataset(), [], 0
+        for day in range(1, COMPARE_DAYS + 1):
+            t = site.day(day)
+            site.set_time(t)
+            result = crawl(site, work / name, budget=budget, tag=f"day{day}",
+                           settings={"COSTSCHED_BILLING": "bandwidth", "COSTSCHED_CONDITIONAL": conditional})
+            assert result.returncode == 0, result.log[-3000:]
+            entries, offset = read_byte_log(byte_log, offset)
+            spent += sum(e["sent"] + e["received"] for e in entries)
+            dataset.update(site.catalog, result.items, t)
+            fresh.append(freshness(site.catalog, dataset, t, t + DAY_SECONDS, COSTSCHED_VALUE_TIERS).weighted)
+        runs[name] = {"freshness": fresh, "bytes": spent, "last_visits": result.stats.get("costsched/visits", 0)}
+    return {"budget": budget, **runs}
+
+
+def test_validators_buy_freshness_and_save_bytes_at_the_same_budget(with_and_without: dict[str, Any]) -> None:
+    on, off = with_and_without["on"], with_and_without["off"]
+    # Day 1 is the same full discovery in both; from then on validators pay for more visits.
+    mean_on, mean_off = (sum(run["freshness"][1:]) / (COMPARE_DAYS - 1) for run in (on, off))
+    assert mean_on >= mean_off
+    assert on["bytes"] < 0.95 * off["bytes"]
+    assert on["last_visits"] > off["last_visits"]
