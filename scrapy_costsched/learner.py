@@ -75,7 +75,7 @@ class Learner:
         self._record_links(page, visit)
         self.hosts.of(page.host).saw(visit.etag is not None, visit.last_modified is not None)
         page.record, page.record_kind = record, kind
-        page.last_modified, page.etag = visit.last_modified, visit.etag
+        page.last_modified, page.etag, page.redirected = visit.last_modified, visit.etag, visit.redirected
         page.item_hashes = sorted(visit.item_hashes)
         page.item_keys = dict(visit.item_keys)
         page.hash_config = self.hash_config

@@ -98,6 +98,8 @@ class PageState:
     """The last single-item record's hash per field, kept for pages in the volatile-field sample."""
     etag: str | None = None
     """The ``ETag`` of the last answer (header form), sent back as ``If-None-Match`` when the host earned it."""
+    redirected: bool = False
+    """The last answer came from another URL (a redirect), so its validators are not sent to this one."""
     full_bytes: MeanBytes | None = None
     """Bytes a full fetch of the page moved (request and response, headers included, body as transferred)."""
     not_modified_bytes: MeanBytes | None = None

@@ -107,6 +107,7 @@ class Tracker:
         self._closing: Deferred[None] | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
+        self._revalidated: set[int] = set()  # requests whose cached copy the server confirmed (HTTP cache)
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
@@ -598,6 +599,8 @@ class Tracker:
         """
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))
+            if response is not None and "cached" in response.flags:  # the server confirmed the cached copy
+                self._revalidated.add(id(request))
             return
         self.ledger.release(request)
         self._release_robots(request)
@@ -626,8 +629,9 @@ class Tracker:
             return self.visits.get(token)
         if response.meta.get(NOT_MODIFIED_META):  # a 304, observed when it arrived
             return None
-        if "cached" in response.flags:  # the HTTP cache's copy says nothing about the page now
-            return None
+        if "cached" in response.flags and id(response.request) not in self._revalidated:
+            return None  # the HTTP cache's copy says nothing about the page now
+        self._revalidated.discard(id(response.request))
         page = self.page(key)
         if page is None:
             return None
@@ -641,6 +645,7 @@ class Tracker:
             self._gone(key, page, visit.time)
             return None
         visit.failed = response.status >= 400
+        visit.redirected = response.url != page.url
         if not visit.failed:
             self._read_validators(visit, response)
             sent = response.meta.get(VALIDATORS_META)
@@ -678,8 +683,8 @@ class Tracker:
         """
         key = request.meta.get(PAGE_META)
         page = self.page(key) if isinstance(key, str) and self.config.conditional else None
-        if page is None or page.record is None or page.url != request.url:
-            return None
+        if page is None or page.record is None or page.redirected or page.url != request.url:
+            return None  # validators belong to the URL that answered
         host = self.hosts.of(page.host)
         send_etag, send_date = host.to_send(page.etag is not None, page.last_modified is not None, self.now() / DAY)
         if not (send_etag or send_date) or page.host in self._first_canaries:

@@ -9,12 +9,20 @@ import pytest
 from scrapy.utils.reactor import install_reactor
 
 from tests.helpers import DemoSite, start_site
+from tests.mockserver import EdgeSite
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
 install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
+@pytest.fixture
+def edge_site() -> Iterator[EdgeSite]:
+    site = EdgeSite()
+    yield site
+    site.close()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "example_project"
@@ -18,6 +18,9 @@ sys.path.insert(0, str(PROJECT))
 from demo_site.catalog import DAY, EPOCH0, Catalog
 from demo_site.clock import set_clock
 from demo_site.server import serve_in_thread
+
+if TYPE_CHECKING:
+    from tests.mockserver import EdgeSite
 
 TIERS = {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0}
 
@@ -82,6 +85,26 @@ def crawl(site: DemoSite, workdir: Path, *, timeout: float = 180, **kwargs: Any)
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     items = [json.loads(line) for line in items_file.read_text().splitlines()] if items_file.exists() else []
     return CrawlResult(proc.returncode, stats, items, proc.stderr, cmd)
+
+
+def runspider(site: EdgeSite, tmp: Path, *settings: str, chain: bool = False,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``scrapy runspider tests/edge_spider.py`` against *site*; its stats (and ``_log``, the log)."""
+    stats_file = tmp / "stats.json"
+    cmd = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "tests" / "edge_spider.py"),
+           "-a", f"site={site.url}", "-a", f"stats_file={stats_file}",
+           "-s", f"COSTSCHED_STATE={tmp / 'state.sqlite'}", "-o", f"{tmp / 'items.jsonl'}:jsonlines"]
+    for setting in settings:
+        cmd += ["-s", setting]
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    if chain:
+        full_env["EDGE_CHAIN"] = "1"
+    proc = subprocess.run(cmd, cwd=tmp, env=full_env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats: dict[str, Any] = json.loads(stats_file.read_text())
+    assert "log_count/ERROR" not in stats, proc.stderr[-3000:]
+    stats["_log"] = proc.stderr
+    return stats
 
 
 def read_state(path: Path) -> dict[str, dict[str, Any]]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class EdgeSite:
@@ -12,13 +15,22 @@ class EdgeSite:
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
     (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows) and
     ``/api?url=PATH`` (PATH's answer, as a scraping API relays it). Loopback only. *page_headers* go
-    out with every ``/page`` and ``/flaky`` answer."""
+    out with every ``/page`` and ``/flaky`` answer. With *validators* pages carry an ETag and honour
+    ``If-None-Match``; *flaky_odd* makes ``/flaky`` answer 503 to every odd hit; *moved* maps paths to
+    301 targets; *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
+    conditional headers; *body_bytes* counts the body bytes written."""
 
     def __init__(self) -> None:
         self.version = 0
         self.missing = False
         self.page_headers: dict[str, str] = {}
         self.hits: dict[str, int] = {}
+        self.validators = False
+        self.flaky_odd = False
+        self.moved: dict[str, str] = {}
+        self.gzip = False
+        self.requests: list[tuple[str, str | None]] = []  # path, If-None-Match
+        self.body_bytes = 0
         self._lock = threading.Lock()
         site = self
 
@@ -27,19 +39,31 @@ class EdgeSite:
                 with site._lock:
                     site.hits[self.path] = site.hits.get(self.path, 0) + 1
                     hits = site.hits[self.path]
+                    site.requests.append((self.path, self.headers.get("If-None-Match")))
                 path = self.path.removeprefix("/api?url=")
                 kind, _, number = path.strip("/").partition("/")
-                if kind == "robots.txt":
+                if path in site.moved:
+                    self._send(301, b"", {"Location": site.moved[path]})
+                elif kind == "robots.txt":
                     self._send(200, b"User-agent: *\nDisallow: /private/\n", {"Content-Type": "text/plain"})
                 elif kind == "error" or (kind == "sometimes" and site.missing):
                     self._send(500 if kind == "error" else 404, b"no")
                 elif kind == "redirect":
                     self._send(301, b"", {"Location": f"/page/{number}"})
-                elif kind == "flaky" and hits == 1:
+                elif kind == "flaky" and (hits == 1 or (site.flaky_odd and hits % 2)):
                     self._send(503, b"busy")
                 elif kind in ("page", "flaky", "sometimes", "private"):
-                    body = f"<html><h1>{kind} {number} v{site.version}</h1></html>".encode()
-                    self._send(200, body, {"Content-Type": "text/html", **site.page_headers})
+                    etag = f'"{kind}-{number}-v{site.version}"'
+                    if site.validators and self.headers.get("If-None-Match") == etag:
+                        self._send(304, b"", {"ETag": etag})
+                        return
+                    body = f"<html><h1>{kind} {number} v{site.version}</h1>{'<p>filler</p>' * 200}</html>".encode()
+                    headers = {"Content-Type": "text/html", **site.page_headers}
+                    if site.validators:
+                        headers["ETag"] = etag
+                    if site.gzip and "gzip" in (self.headers.get("Accept-Encoding") or ""):
+                        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+                    self._send(200, body, headers)
                 else:
                     self._send(404, b"gone")
 
@@ -47,6 +71,49 @@ class EdgeSite:
                 self.send_response(status)
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                with site._lock:
+                    site.body_bytes += len(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ForwardProxy:
+    """A loopback HTTP forward proxy (absolute-URI GETs only), counting what it relays."""
+
+    def __init__(self) -> None:
+        self.relayed = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                target = urlsplit(self.path)
+                headers = {k: v for k, v in self.headers.items() if not k.lower().startswith("proxy-")}
+                connection = http.client.HTTPConnection(target.hostname or "", target.port or 80, timeout=10)
+                try:
+                    connection.request("GET", target.path + (f"?{target.query}" if target.query else ""),
+                                       headers=headers)
+                    answer = connection.getresponse()
+                    body = answer.read()
+                finally:
+                    connection.close()
+                proxy.relayed += 1
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import ROOT
-from tests.mockserver import EdgeSite
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
+
+    from tests.mockserver import EdgeSite
 
 SETTINGS = """
 BOT_NAME = "shopproj"
@@ -44,13 +44,6 @@ class Command(ScrapyCommand):
             self.crawler_process.crawl(name)
         self.crawler_process.start()
 """
-
-
-@pytest.fixture
-def edge_site() -> Iterator[EdgeSite]:
-    site = EdgeSite()
-    yield site
-    site.close()
 
 
 @pytest.fixture

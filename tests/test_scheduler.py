@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,37 +13,12 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_costsched import CostAwareScheduler
 from scrapy_costsched.storage import SqliteDictStorage
-from tests.helpers import ROOT, read_state
-from tests.mockserver import EdgeSite
+from tests.helpers import read_state, runspider
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
-
-@pytest.fixture
-def edge_site() -> Iterator[EdgeSite]:
-    site = EdgeSite()
-    yield site
-    site.close()
-
-
-def runspider(site: EdgeSite, tmp: Path, *settings: str, chain: bool = False) -> dict[str, Any]:
-    stats_file = tmp / "stats.json"
-    cmd = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "tests" / "edge_spider.py"),
-           "-a", f"site={site.url}", "-a", f"stats_file={stats_file}",
-           "-s", f"COSTSCHED_STATE={tmp / 'state.sqlite'}", "-o", f"{tmp / 'items.jsonl'}:jsonlines"]
-    for setting in settings:
-        cmd += ["-s", setting]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if chain:
-        env["EDGE_CHAIN"] = "1"
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    stats: dict[str, Any] = json.loads(stats_file.read_text())
-    assert "log_count/ERROR" not in stats, proc.stderr[-3000:]
-    stats["_log"] = proc.stderr
-    return stats
+    from tests.mockserver import EdgeSite
 
 
 def test_retries_redirects_and_duplicates_are_not_scored_or_discovered(edge_site: EdgeSite, tmp_path: Path) -> None:
