@@ -38,9 +38,9 @@ class EdgeSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         base = self.site
-        yield scrapy.Request(f"{base}/page/1", callback=self.parse_item)
+        yield scrapy.Request(f"{base}/page/1", callback=self.parse_item, errback=self.failed)
         yield scrapy.Request(f"{base}/page/1", callback=self.parse_item, dont_filter=True)
-        yield scrapy.Request(f"{base}/flaky/2", callback=self.parse_item)
+        yield scrapy.Request(f"{base}/flaky/2", callback=self.parse_item, errback=self.failed)
         yield scrapy.Request(f"{base}/redirect/3", callback=self.parse_item)
         def not_a_spider_method(response: Any) -> Any:
             return self.parse_item(response)
@@ -51,7 +51,12 @@ class EdgeSpider(scrapy.Spider):
             yield scrapy.Request(f"{base}/page/6", callback=self.parse_first_half)
 
     def parse_item(self, response: Any) -> Any:
+        self.crawler.stats.inc_value(f"edge/callback/{response.status}")
         yield {"url": response.url, "title": response.css("h1::text").get()}
+
+    def failed(self, failure: Any) -> None:
+        """An errback: what reaches it is counted (a 304 must not)."""
+        self.crawler.stats.inc_value(f"edge/errback/{failure.type.__name__}")
 
     def parse_first_half(self, response: Any) -> Any:
         """A multi-request item: the second half is fetched with the page's meta, so it belongs to page 6."""

@@ -288,3 +288,26 @@ def test_http_cache_answers_are_flagged_never_visits(edge_site: EdgeSite, tmp_pa
     assert last["costsched/unchanged"] == last["costsched/visits"] == 4
     # A copy the cache answers from alone (its robots.txt here) is flagged and never a visit.
     assert last["costsched/cached"] >= 1
+
+
+def test_304s_reach_no_callback_or_errback_unless_the_spider_asks(edge_site: EdgeSite, tmp_path: Path) -> None:
+    (tmp_path / "default").mkdir()
+    (tmp_path / "deliver").mkdir()
+    quiet = _trusted_runs(edge_site, tmp_path / "default", 4)[-1]
+    assert quiet["costsched/not_modified"] >= 2
+    assert "edge/callback/304" not in quiet
+    assert not any(key.startswith("edge/errback") for key in quiet)
+    delivered = _trusted_runs(edge_site, tmp_path / "deliver", 4, "COSTSCHED_DELIVER_NOT_MODIFIED=True")[-1]
+    assert delivered["edge/callback/304"] == delivered["costsched/not_modified"] >= 2
+    assert not any(key.startswith("edge/errback") for key in delivered)
+    assert delivered["costsched/unchanged"] == quiet["costsched/unchanged"]  # still one observation per visit
+
+
+@pytest.mark.parametrize(("etag", "kind"), [("unquoted", "etag_unquoted"), ('"a", "b"', "etag_duplicated"),
+                                            ('"' + "x" * 300 + '"', "etag_oversized"), ("", "etag_empty")])
+def test_hostile_etags_are_counted_never_raised_and_never_sent(edge_site: EdgeSite, tmp_path: Path, etag: str,
+                                                              kind: str) -> None:
+    edge_site.page_headers = {"ETag": etag}
+    runs = [runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100") for _ in range(3)]
+    assert all(run[f"costsched/invalid/{kind}"] >= 3 for run in runs)
+    assert not any(run.get("costsched/conditional/sent") for run in runs)
