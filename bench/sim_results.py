@@ -205,7 +205,8 @@ def main() -> None:
     print(changes_table(by_key("changes", "known"), policies) + "\n")
     titles = ("Non-Poisson pages (bursty, weekly, rate shift), validators with 10% lying hosts; known rates, 20%",
               "The same, rates learned, 20%",
-              "The same, rates learned, 5% of 304 answers verified by a full fetch (`--audit 0.05`), 20%",
+              ("The same, rates learned, 5% of conditional visits sent as verifications (a canary validator, "
+               "`--audit 0.05`), 20%"),
               ("cho2000, lognormal values, size-correlated costs, validators (304 = 5%), 8% new pages a week; "
                "known rates, 20%"))
     for title, config in zip(titles, robustness, strict=True):

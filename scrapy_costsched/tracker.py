@@ -268,10 +268,11 @@ class Tracker:
         spent = self.ledger.spent_this_run
         changed = get("costsched/changed", 0)
         logger.info(
-            "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged, %d failed; "
-            "spent %g %s%s; %s; next period starts in %.1f h",
+            "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged (%d of them 304s), "
+            "%d failed; spent %g %s%s; %s; next period starts in %.1f h",
             reason, get("costsched/visits", 0), get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
-            get("costsched/failed", 0),
+            get("costsched/not_modified", 0) - get("costsched/not_modified/false", 0)
+            - get("costsched/not_modified/discarded", 0), get("costsched/failed", 0),
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
