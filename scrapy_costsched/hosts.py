@@ -1,4 +1,4 @@
-"""Per-host state: what each host's validators have earned, and what its visits cost in bytes.
+"""Per-host state: what each host's validators have earned, which to send, and what its visits cost in bytes.
 
 Kept in the state's meta and saved at every safe point: ``last_modified_trust``
 (audits of each host's Last-Modified dates), ``host_validators`` (its ETag
@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy_costsched.headers import format_http_date
 from scrapy_costsched.model.trust import SignalTrust
-from scrapy_costsched.model.validators import HostValidators
+from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
 from scrapy_costsched.pages import MeanBytes
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_costsched.pages import PageState
     from scrapy_costsched.storage import StateStorage
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,7 @@ class HostBook:
         for host, validators in self.validators.items():
             validators.last_modified = self.last_modified_trust(host)  # one object, audited by the learner
         self.bytes: dict[str, MeanBytes] = self._load("host_bytes", MeanBytes.from_json)
+        self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
 
     def _load(self, name: str, parse: Any) -> dict[str, Any]:
         entries = {}
@@ -57,6 +60,30 @@ class HostBook:
         if validators is None:
             validators = self.validators[host] = HostValidators(last_modified=self.last_modified_trust(host))
         return validators
+
+    def conditional_headers(self, page: PageState, today: float, verify_every: int) -> tuple[dict[str, str], bool] | None:
+        """The conditional headers a visit of *page* sends as its host has earned them, and whether a verification.
+
+        A verification (the host's first conditional visit and every *verify_every*-th) sends a
+        canary no honest host answers 304 to; until a host passed one, its other visits go without.
+        """
+        host = self.of(page.host)
+        send_etag, send_date = host.to_send(page.etag is not None, page.last_modified is not None, today)
+        if not (send_etag or send_date) or page.host in self._first_verifications:
+            return None
+        canary = host.answers.due(verify_every)
+        if canary and not host.answers.verified:
+            self._first_verifications.add(page.host)
+        # A server that has If-None-Match ignores If-Modified-Since (RFC 9110 section 13.2.2): one is enough.
+        if send_etag and page.etag is not None:
+            return {"If-None-Match": CANARY_ETAG if canary else page.etag}, canary
+        assert page.last_modified is not None
+        since = page.last_modified - 1.0 if canary else page.last_modified
+        return {"If-Modified-Since": format_http_date(since).decode("ascii")}, canary
+
+    def verification_answered(self, host: str) -> None:
+        """A verification of *host* came back (or failed): its other visits may carry validators again."""
+        self._first_verifications.discard(host)
 
     def add_bytes(self, group: str, not_modified: bool, size: float) -> None:
         """One answer's bytes for pages of *group* (host and page type); 304s apart from full answers."""

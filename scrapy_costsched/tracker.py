@@ -25,7 +25,7 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.errors import stop_crawl
-from scrapy_costsched.headers import InvalidHeader, format_http_date, parse_etag, parse_http_date, parse_last_modified
+from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
@@ -33,7 +33,7 @@ from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.model.validators import CANARY_ETAG, verify_every
+from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
@@ -115,7 +115,6 @@ class Tracker:
         self.yield_only: set[str] = set()
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
-        self._first_canaries: set[str] = set()  # hosts never verified whose first verification is in flight
         self._since_commit = 0
         self.volatile = VolatileFields()
         for handler, signal in (
@@ -565,7 +564,7 @@ class Tracker:
         validators = request.meta.get(VALIDATORS_META)
         if isinstance(validators, dict) and validators.get("canary") and status != 304:
             # answered in full (judged with the record) or failed: either way no longer in flight
-            self._first_canaries.discard(urlparse_cached(request).hostname or "")
+            self.hosts.verification_answered(urlparse_cached(request).hostname or "")
         self.ledger.charge(request, self.billing.attempt_cost(status, sent + received))
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)
@@ -686,19 +685,7 @@ class Tracker:
         page = self.page(key) if isinstance(key, str) and self.config.conditional else None
         if page is None or page.record is None or page.redirected or page.url != request.url:
             return None  # validators belong to the URL that answered
-        host = self.hosts.of(page.host)
-        send_etag, send_date = host.to_send(page.etag is not None, page.last_modified is not None, self.now() / DAY)
-        if not (send_etag or send_date) or page.host in self._first_canaries:
-            return None  # a host is believed only once it passed one verification
-        canary = host.answers.due(verify_every(self.config.verify_share))
-        if canary and not host.answers.verified:
-            self._first_canaries.add(page.host)
-        # A server that has If-None-Match ignores If-Modified-Since (RFC 9110 section 13.2.2): one is enough.
-        if send_etag and page.etag is not None:
-            return {"If-None-Match": CANARY_ETAG if canary else page.etag}, canary
-        assert page.last_modified is not None
-        since = page.last_modified - 1.0 if canary else page.last_modified
-        return {"If-Modified-Since": format_http_date(since).decode("ascii")}, canary
+        return self.hosts.conditional_headers(page, self.now() / DAY, verify_every(self.config.verify_share))
 
     def not_modified(self, request: Request, response: Response) -> bool:
         """A 304 answered the validators the middleware sent; ``True`` when the page is to be fetched again in full.
@@ -714,7 +701,7 @@ class Tracker:
         self.stats.inc_value("costsched/not_modified")
         self.stats.inc_value(f"costsched/not_modified/{page.host}")
         if request.meta[VALIDATORS_META].get("canary"):
-            self._first_canaries.discard(page.host)
+            self.hosts.verification_answered(page.host)
             host.answers.verified_by(True, self.now() / DAY)
             self.stats.inc_value("costsched/not_modified/false")
             logger.warning("costsched: %s answered 304 to a validator it never sent (%s), so its 304s say nothing: "
