@@ -837,6 +837,10 @@ class Tracker:
             if visit.not_modified:
                 self.learner.not_modified(page, visit)
                 self.stats.inc_value("costsched/unchanged")
+                # Every field as it was: with 304s, only changed pages come back in full, and counting
+                # those alone would call every field volatile.
+                visit.field_hashes = page.field_hashes
+                self._check_fields(key, page, visit, page.field_hashes)
             elif not visit.item_hashes and page.record_kind == "items":
                 # Items used to come from this page and none did now: broken extraction or a
                 # vanished page, not a change.

@@ -311,3 +311,24 @@ def test_hostile_etags_are_counted_never_raised_and_never_sent(edge_site: EdgeSi
     runs = [runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100") for _ in range(3)]
     assert all(run[f"costsched/invalid/{kind}"] >= 3 for run in runs)
     assert not any(run.get("costsched/conditional/sent") for run in runs)
+
+
+def test_304s_count_as_visits_where_no_field_changed(tmp_path: Path) -> None:
+    """With 304s only changed pages come back in full; counted alone, they would make every field of
+    the products look volatile (found trying the add-on on a news site that honours If-Modified-Since)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
+    site, server = start_site(tmp_path, hosts=("honour", "rotate"), products=80, categories=4, seed=3,
+                              horizon_days=12)
+    try:
+        not_modified = 0
+        for day in range(1, 9):
+            site.set_time(site.day(day))
+            result = crawl(site, tmp_path, tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            assert "costsched/items/volatile_fields" not in result.stats, f"day {day}"
+            not_modified += result.stats.get("costsched/not_modified", 0)
+        assert not_modified >= 50
+    finally:
+        server.shutdown()
+        mp.undo()

@@ -113,3 +113,4 @@ def test_a_start_url_left_out_of_a_run_is_logged_and_counted(site: NewsSite, tmp
     line = next(line for line in tight.log.splitlines() if "start URL" in line)
     assert "INFO" in line
     assert f"{site.url}/ not visited in this run" in line
+
