@@ -677,12 +677,14 @@ class Tracker:
     def validators_for(self, request: Request) -> tuple[dict[str, str], bool] | None:
         """The conditional headers a visit of a known page sends, as its host has earned them, or ``None``.
 
-        Never on a first visit, nor on a request for another URL than the one the validators came from.
+        Never on a first visit, nor on a request for another URL than the one the validators came from,
+        nor in shadow mode: a shadow crawl gets exactly what plain Scrapy gets (trust is still learned
+        from its full answers).
         Every k-th conditional visit of a host (``COSTSCHED_VERIFY_SHARE``) is a verification: its
         headers are a canary no honest host answers 304 to (then the second value is ``True``).
         """
         key = request.meta.get(PAGE_META)
-        page = self.page(key) if isinstance(key, str) and self.config.conditional else None
+        page = self.page(key) if isinstance(key, str) and self.config.conditional and not self.config.shadow else None
         if page is None or page.record is None or page.redirected or page.url != request.url:
             return None  # validators belong to the URL that answered
         return self.hosts.conditional_headers(page, self.now() / DAY, verify_every(self.config.verify_share))

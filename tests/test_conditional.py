@@ -2,8 +2,8 @@
 
 One site serves the demo shop's products from six loopback hosts, one validator behaviour each
 (``example_project/demo_site``), and logs the bytes it reads and writes per request and whether a
-page truly changed since the validators a request sent. Daily ``scrapy crawl`` runs in shadow mode
-(every page every day) show what each host earns and what it costs, by the server's own counts.
+page truly changed since the validators a request sent. Daily ``scrapy crawl`` runs on a budget that
+pays for every page every day show what each host earns and what it costs, by the server's own counts.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 HOSTS = ("honour", "ignore", "rotate", "false304", "none", "rotate:volatile")
 DAYS = 6
+AMPLE = 10_000  # requests a day: every page, every day
 SMALL_PAGE = 5000  # bytes
 
 
@@ -46,14 +47,14 @@ def multi_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoS
 
 @pytest.fixture(scope="module")
 def history(multi_host: tuple[DemoSite, Any, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A daily crawl of every page (shadow mode), with each day's stats, state and server log."""
+    """A daily crawl of every page, with each day's stats, state and server log."""
     site, server, byte_log = multi_host
     work = tmp_path_factory.mktemp("history")
     offset = 0
     days = []
     for day in range(1, DAYS + 1):
         site.set_time(site.day(day))
-        result = crawl(site, work, tag=f"day{day}")
+        result = crawl(site, work, budget=AMPLE, tag=f"day{day}")
         assert result.returncode == 0, result.log[-3000:]
         entries, offset = read_byte_log(byte_log, offset)
         days.append({"day": day, "stats": result.stats, "log": entries,
@@ -324,7 +325,7 @@ def test_304s_count_as_visits_where_no_field_changed(tmp_path: Path) -> None:
         not_modified = 0
         for day in range(1, 9):
             site.set_time(site.day(day))
-            result = crawl(site, tmp_path, tag=f"day{day}")
+            result = crawl(site, tmp_path, budget=AMPLE, tag=f"day{day}")
             assert result.returncode == 0, result.log[-3000:]
             assert "costsched/items/volatile_fields" not in result.stats, f"day {day}"
             not_modified += result.stats.get("costsched/not_modified", 0)
@@ -332,3 +333,18 @@ def test_304s_count_as_visits_where_no_field_changed(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         mp.undo()
+
+
+def test_shadow_mode_sends_no_validators_but_learns_them(multi_host: tuple[DemoSite, Any, Path],
+                                                         tmp_path: Path) -> None:
+    """A shadow crawl gets exactly what plain Scrapy gets (every item, every day), and starts the trust."""
+    site, server, byte_log = multi_host
+    offset = byte_log.stat().st_size
+    for day in (1, 2, 3):
+        site.set_time(site.day(day))
+        result = crawl(site, tmp_path, tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        entries, offset = read_byte_log(byte_log, offset)
+        assert not any(e["conditional"] for e in entries)
+        assert len(result.items) == len(site.catalog.existing(site.day(day)))
+    assert result.stats[f"costsched/hosts/{urlparse(server.url).hostname}/etag"] == "trusted"
