@@ -99,10 +99,14 @@ class HostBook:
         return sum(m.mean * m.count for m in means) / count if count else None
 
     def report(self) -> None:
-        """Each host's verdicts into the stats (``costsched/hosts/<host>/<signal>``)."""
+        """Each host's verdicts and 304 share (of its answers ever) into the stats (``costsched/hosts/<host>/…``)."""
         for host, validators in self.validators.items():
             for signal, verdict in validators.verdicts().items():
                 self.stats.set_value(f"costsched/hosts/{host}/{signal}", verdict)
+            answers = validators.answers.answered + validators.responses
+            if answers:
+                self.stats.set_value(f"costsched/hosts/{host}/not_modified_share",
+                                     round(validators.answers.answered / answers, 4))
 
     def save(self) -> None:
         if self.last_modified:

@@ -156,6 +156,9 @@ def test_verdicts_and_304_shares_are_in_stats_and_in_the_state(history: dict[str
             assert _verdict(last, host, signal) is not None
     honour = history["hosts"]["honour"]
     assert _verdict(last, honour, "etag") == _verdict(last, honour, "not_modified") == "trusted"
+    answered, seen = stored[honour]["answers"][0], stored[honour]["seen"][0]
+    assert last["stats"][f"costsched/hosts/{honour}/not_modified_share"] == round(answered / (answered + seen), 4)
+    assert 0 < answered < answered + seen
     per_host = sum(last["stats"].get(f"costsched/not_modified/{h}", 0) for h in history["hosts"].values())
     assert per_host == last["stats"]["costsched/not_modified"] > 0
 
