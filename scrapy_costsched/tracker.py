@@ -468,7 +468,7 @@ class Tracker:
                     tiers[raw_value] = value
             elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
             append(Candidate(key, value, rate, elapsed, cost if cost is not None else default_cost, None,
-                             rate_low, rate_high, None if links is None else self._hub(row)))
+                             rate_low, rate_high, None if links is None else self._hub(Summary._make(row))))
         return result
 
     def _hub(self, row: Summary) -> Discovery | None:
