@@ -186,9 +186,8 @@ class PageBook:
             # Shorter when written by an older version: padded with the defaults.
             row = stored if len(stored) == fields else Summary.from_row(stored)
             try:
-                found = numbers.get(profile_of(row))
-            except TypeError:  # an unhashable stored value
-                found = None
-            index[key] = number(Summary._make(row)) if found is None else found
+                index[key] = numbers[profile_of(row)]
+            except (KeyError, TypeError):  # a profile not seen yet, or an unhashable stored value
+                index[key] = number(Summary._make(row))
             yield key, row
         self._index = index

@@ -87,7 +87,11 @@ class StateStorage(Protocol):
 
 
 def _encode(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return _ENCODER(value)
+
+
+# json.dumps with options builds an encoder at each call: one, made once.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _plan_row(fingerprint: str, summary: list[Any]) -> tuple[Any, ...]:

@@ -356,7 +356,7 @@ def rank_head(
                     and (low is None if high is None else low is not None and 0.0 < low <= high < inf)):
                 others.append(c)
                 continue
-            reach = (elapsed + cycle) * (elapsed + cycle) * 0.5
+            reach = (elapsed + cycle) * (elapsed + cycle) * 0.5  # each node's bound: min(1, (r·(t + c))²/2) [/ r]
             if low is None or high is None:
                 bound = min(1.0, rate * rate * reach) if changes else min(1.0 / rate, rate * reach)
             elif changes:
