@@ -14,7 +14,9 @@ the scale bars are about (issue 8):
 * peak RSS per known page above the plain run (bar: under 1 KiB),
 * time to open the state and plan (``costsched/open_seconds`` + ``costsched/plan_seconds``;
   bar: under 10 s), and the wall time from spawning the crawl to its first request,
-* the add-on's wall-time overhead against the plain run, median over the pairs (bar: under 10%).
+* the add-on's wall-time overhead against the plain run, median over the pairs (bar: under 10%),
+  and its CPU-time overhead (user + system time of the crawl process), which other work on the
+  machine disturbs less than the wall time.
 
     python bench/crawl_scale.py                      # 200,000 known pages, budget 5000, 3 pairs
     python bench/crawl_scale.py --pages 20000 --repeat 1 --json out.json
@@ -26,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -123,6 +126,8 @@ class Crawl:
 
     mode: str
     wall_seconds: float
+    cpu_seconds: float
+    """User + system time of the crawl process, spawn to exit."""
     peak_rss: int
     first_request_seconds: float | None
     crawl_seconds: float | None
@@ -148,6 +153,8 @@ def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, u
                 "-s", "DUPEFILTER_CLASS=bench.scale_spider.ListedOnlyDupeFilter"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with log.open("wb") as out:
+        # Children's times count once they are reaped: the site server is reaped only at the end.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         spawned, started = time.time(), time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         try:
@@ -156,13 +163,16 @@ def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, u
             proc.kill()
             proc.wait()
         wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     text = log.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0 or not stats_file.exists():
         raise RuntimeError(f"{mode} crawl failed (exit {proc.returncode}); its log, {log}, ends:\n{text[-3000:]}")
     report = json.loads(stats_file.read_text(encoding="utf-8"))
     times = report["times"]
     first = times.get("first_request")
-    return Crawl(mode, wall, round(times["peak_rss"]), first - spawned if first else None,
+    return Crawl(mode, wall, cpu, round(times["peak_rss"]),
+                 first - spawned if first else None,
                  times["closed"] - first if first else None, times["gc2_seconds"], report["stats"], str(log))
 
 
@@ -202,6 +212,7 @@ def summarise(pages: int, budget: float, seed_seconds: float, state_bytes: int,
     rss_addon = statistics.median(a.peak_rss for a in addon)
     rss_plain = statistics.median(p.peak_rss for p in plain)
     overhead = statistics.median(a.wall_seconds / p.wall_seconds - 1.0 for a, p in pairs)
+    cpu_overhead = statistics.median(a.cpu_seconds / p.cpu_seconds - 1.0 for a, p in pairs)
     crawl_overhead = _median([a.crawl_seconds / p.crawl_seconds - 1.0 if a.crawl_seconds and p.crawl_seconds else None
                               for a, p in pairs])
     result: dict[str, Any] = {
@@ -215,6 +226,7 @@ def summarise(pages: int, budget: float, seed_seconds: float, state_bytes: int,
         "plan_seconds": plan_s,
         "open_plan_seconds": None if open_s is None or plan_s is None else open_s + plan_s,
         "overhead": round(overhead, 4),
+        "cpu_overhead": round(cpu_overhead, 4),
         "crawl_phase_overhead": None if crawl_overhead is None else round(crawl_overhead, 4),
         "crawls": [{k: v for k, v in asdict(c).items() if k != "stats"} | {
             "visits": c.stat("costsched/visits"),
@@ -233,6 +245,7 @@ def summarise(pages: int, budget: float, seed_seconds: float, state_bytes: int,
     for mode, crawls in (("plain", plain), ("costsched", addon)):
         result[mode] = {
             "wall_seconds": statistics.median(c.wall_seconds for c in crawls),
+            "cpu_seconds": statistics.median(c.cpu_seconds for c in crawls),
             "crawl_seconds": _median([c.crawl_seconds for c in crawls]),
             "first_request_seconds": _median([c.first_request_seconds for c in crawls]),
             "peak_rss_mb": statistics.median(c.peak_rss for c in crawls) / 2**20,
@@ -253,6 +266,7 @@ def print_table(r: dict[str, Any]) -> None:
           f"seeded in {r['seed_seconds']:.1f} s, state {r['state_mb']:.0f} MB")
     print(f"{'':34}{'plain':>12}{'costsched':>12}")
     for label, key, spec in (("responses", "responses", ",.0f"), ("wall time, spawn to exit [s]", "wall_seconds", ".2f"),
+                             ("CPU time, spawn to exit [s]", "cpu_seconds", ".2f"),
                              ("spawn to first request [s]", "first_request_seconds", ".2f"),
                              ("first request to close [s]", "crawl_seconds", ".2f"),
                              ("full GC collections [s]", "gc_full_seconds", ".2f"),
@@ -264,7 +278,8 @@ def print_table(r: dict[str, Any]) -> None:
           f"{_fmt(r['open_plan_seconds'], '.2f')} s (bar < 10 s: {ok['open_plan_seconds']})")
     crawl = r["crawl_phase_overhead"]
     print(f"wall-time overhead: {r['overhead']:+.1%} (bar < 10%: {ok['overhead']}); "
-          f"first request to close: {'n/a' if crawl is None else format(crawl, '+.1%')}")
+          f"first request to close: {'n/a' if crawl is None else format(crawl, '+.1%')}; "
+          f"CPU time: {r['cpu_overhead']:+.1%}")
 
 
 def main() -> None:
@@ -303,8 +318,9 @@ def main() -> None:
                 if mode == "costsched":
                     urls = workdir / f"{mode}-{r}.visited"
             pairs.append((crawls["costsched"], crawls["plain"]))
-            print(f"pair {r + 1}/{args.repeat}: costsched {crawls['costsched'].wall_seconds:.2f} s, "
-                  f"plain {crawls['plain'].wall_seconds:.2f} s", file=sys.stderr, flush=True)
+            print(f"pair {r + 1}/{args.repeat}: costsched {crawls['costsched'].wall_seconds:.2f} s "
+                  f"(CPU {crawls['costsched'].cpu_seconds:.2f} s), plain {crawls['plain'].wall_seconds:.2f} s "
+                  f"(CPU {crawls['plain'].cpu_seconds:.2f} s)", file=sys.stderr, flush=True)
         result = summarise(args.pages, args.budget, seed_seconds, seed.stat().st_size, pairs)
     finally:
         stop(site_proc)

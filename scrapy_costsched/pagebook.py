@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy_costsched.pages import PageState, Summary
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: Decoded pages kept in memory (about 3.5 KB each).
 CACHE_PAGES = 2048
+#: A summary row's profile fields, in :class:`Profile`'s order (and its key in ``PageBook._numbers``).
+_PROFILE_FIELDS = itemgetter(2, 5, 6, 4)
 
 
 class Profile(NamedTuple):
@@ -168,16 +171,23 @@ class PageBook:
             if page is not None:
                 yield key, Summary.from_row(page.summary())
 
-    def summaries(self) -> Iterator[tuple[str, Summary]]:
-        """Every page as planning sees it, read from the store's compact rows (flush first).
+    def summaries(self) -> Iterator[tuple[str, list[Any] | Summary]]:
+        """Every page as planning sees it, read from the store's compact rows (flush first): the fields
+        of :class:`Summary` in order, as the store's list (a named tuple per page costs more than the rest
+        of the read); ``Summary._make`` gives them their names.
 
         Read to the end, it indexes every known page (:meth:`known`, :meth:`profile`).
         """
         self.flush()
         index: dict[str, int] = {}
-        number, fields = self._number, len(Summary._fields)
-        for key, row in self.store.iter_summaries():
-            summary = Summary._make(row) if len(row) == fields else Summary.from_row(row)
-            index[key] = number(summary)
-            yield key, summary
+        number, numbers, fields = self._number, self._numbers, len(Summary._fields)
+        profile_of = _PROFILE_FIELDS
+        for key, stored in self.store.iter_summaries():
+            # Shorter when written by an older version: padded with the defaults.
+            row = stored if len(stored) == fields else Summary.from_row(stored)
+            try:
+                index[key] = numbers[profile_of(row)]
+            except (KeyError, TypeError):  # a profile not seen yet, or an unhashable stored value
+                index[key] = number(Summary._make(row))
+            yield key, row
         self._index = index

@@ -20,7 +20,7 @@ from scrapy.extensions.httpcache import DummyPolicy
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, score
+from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, VISIT_META
 
@@ -124,12 +124,17 @@ class _Ranking:
     Parallel arrays rather than the candidates: a plan ranks every known page, and a few hundred
     thousand live tuples would be scanned by every full garbage collection for the rest of the
     crawl. The keys are a tuple of strings, which the collector stops tracking.
+
+    Only the head of the ranking that the budget can reach is ranked when the plan is made
+    (:func:`~.scoring.rank_head`); the candidates below it (:attr:`rest`) are ranked if the plan is
+    extended that far, before anything is appended.
     """
 
     def __init__(self) -> None:
         self.keys: tuple[str, ...] = ()
         self.costs = array("d")
         self.never_fetched = bytearray()
+        self.rest: list[Candidate] = []
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -242,12 +247,17 @@ class CostAwareScheduler(BaseScheduler):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            ranking = list(map(itemgetter(1), rank(self.tracker.candidates(now), self.config.objective,
-                                                   cycle=self.cycle)))
+            # The head of the ranking covers what the whole period's remaining budget can buy, so
+            # leftovers rarely need the rest ranked (then _rank_rest does it).
+            head, rest = rank_head(self.tracker.candidates(now), max(remaining, 0.0), self.config.objective,
+                                   cycle=self.cycle)
+            ranking = list(map(itemgetter(1), head))
+            del head
             reserve = max(remaining, 0.0) * self.config.reserve_discovery
             planned = self._plan_prefix(ranking, remaining - reserve)
             self._ranking.extend(ranking)
-            del ranking
+            self._ranking.rest = rest
+            del ranking, rest
         finally:
             if collecting:
                 gc.enable()
@@ -260,7 +270,7 @@ class CostAwareScheduler(BaseScheduler):
         # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - planned_cost, 0.0)
         self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
-        self.stats.set_value("costsched/plan/known_pages", len(self._ranking))
+        self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
@@ -451,6 +461,7 @@ class CostAwareScheduler(BaseScheduler):
         while self._discovery:
             self._defer(heapq.heappop(self._discovery)[2])
         if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
+            self._rank_rest()
             deferred = set(self._deferred) - set(self._ranking.keys) - self._dispatched
             extra = self.tracker.candidates(self.tracker.now(), deferred)
             self._ranking.extend([c for _, c in rank(extra, self.config.objective, cycle=self.cycle)])
@@ -481,7 +492,9 @@ class CostAwareScheduler(BaseScheduler):
         """Move the end of the plan down the ranking as far as the remaining budget pays."""
         budget = self.tracker.ledger.remaining()
         end = self._cursor
-        while end < len(self._ranking):
+        while True:
+            if end == len(self._ranking) and (not self._rank_rest() or end == len(self._ranking)):
+                break
             if self._ranking.keys[end] not in self._dispatched:
                 cost = self._budgeted_cost(end)
                 if cost > budget:
@@ -489,3 +502,13 @@ class CostAwareScheduler(BaseScheduler):
                 budget -= cost
             end += 1
         self._set_plan_end(max(self._plan_end, end))
+
+    def _rank_rest(self) -> bool:
+        """Rank the candidates the plan left below the ranking's head, after it; ``False`` if there are none."""
+        rest = self._ranking.rest
+        if not rest:
+            return False
+        self._ranking.rest = []
+        self._ranking.extend([c for _, c in rank(rest, self.config.objective, cycle=self.cycle)])
+        self.stats.inc_value("costsched/plan/ranked_rest")
+        return True

@@ -2,10 +2,12 @@
 
 Values are JSON, never pickle: a state file must not be able to run code. Each
 page is kept twice: its full record (key ``page:<fingerprint>``) and a short
-summary row (``plan:<fingerprint>``) that planning reads, so a large crawl plans
-without decoding every page's history. Everything lives in one table
-of one connection, so a commit is one SQLite transaction: a crash keeps all of a
-batch or none of it.
+summary row that planning reads, so a large crawl plans without decoding every
+page's history. Summaries live in a table of their own, one SQL column per item,
+so planning reads them without the page records and without parsing any JSON
+(:data:`PLAN_TABLE`). Everything lives in one file written through one
+connection, so a commit is one SQLite transaction: a crash keeps all of a batch or
+none of it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import sqlite3
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -25,9 +28,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 #: Bumped when stored data changes shape; a newer file is refused, never rewritten.
-SCHEMA_VERSION = 1
+#: Version 2 moved the summaries from ``plan:`` rows of :data:`TABLE` to :data:`PLAN_TABLE`.
+SCHEMA_VERSION = 2
 SCHEMA_FORMAT = "scrapy-costsched"
 TABLE = "costsched"
+#: Page summaries: ``n`` items of JSON scalars in columns ``c0``.. (booleans come back as 0 or 1),
+#: or, for a summary with a list, a dict or more items, its JSON text in ``json``.
+PLAN_TABLE = "costsched_plan"
+#: Summary items that get a column each.
+PLAN_COLUMNS = 11
+_PLAN_FIELDS = ("key", "n", "json", *(f"c{i}" for i in range(PLAN_COLUMNS)))
 #: Rows fetched at a time when iterating over pages or summaries.
 READ_CHUNK = 4096
 #: Values bound to one statement (SQLite before 3.32 allows 999).
@@ -70,14 +80,35 @@ class StateStorage(Protocol):
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None: ...
 
     def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
-        """Every page's fingerprint and summary, in no particular order."""
+        """Every page's fingerprint and summary (the items ``put_page`` stored), in no particular order."""
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every page's fingerprint and full record, in no particular order."""
 
 
 def _encode(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return _ENCODER(value)
+
+
+# json.dumps with options builds an encoder at each call: one, made once.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _plan_row(fingerprint: str, summary: list[Any]) -> tuple[Any, ...]:
+    """*summary* as a row of :data:`PLAN_TABLE`: its items in columns when they are all JSON scalars."""
+    if len(summary) <= PLAN_COLUMNS and all(map(_column_value, summary)):
+        return (fingerprint, len(summary), None, *summary, *(None,) * (PLAN_COLUMNS - len(summary)))
+    return (fingerprint, None, _encode(summary), *(None,) * PLAN_COLUMNS)
+
+
+def _column_value(item: Any) -> bool:
+    """Whether *item* is a JSON scalar that an SQL column gives back equal (NaN and infinities are not JSON)."""
+    kind = type(item)
+    if item is None or kind is str or kind is bool:
+        return True
+    if kind is int:
+        return bool(-(2**63) <= item < 2**63)
+    return kind is float and math.isfinite(item)
 
 
 def _decode_all(texts: list[str]) -> list[Any]:
@@ -111,6 +142,7 @@ class SqliteDictStorage:
         self._lock: IO[str] | None = None
         self._db: SqliteDict | None = None
         self._pending: dict[str, str] = {}  # encoded rows not handed to sqlitedict yet, by key
+        self._pending_plan: dict[str, tuple[Any, ...]] = {}  # summary rows, likewise
         self._uncommitted: set[str] = set()  # keys handed to sqlitedict since the last commit
         self._reader_conn: sqlite3.Connection | None = None
 
@@ -128,11 +160,15 @@ class SqliteDictStorage:
             if exists and fresh:
                 # A crash between creating the file and its first commit, or a touch: nothing to lose.
                 logger.warning("The costsched state %r is empty, initialised as a new state.", str(self.path))
-            if not fresh:
-                self._check_existing()
+            version = SCHEMA_VERSION if fresh else self._check_existing()
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,
                                   autocommit=False, outer_stack=False)
-            if fresh:
+            columns = ", ".join(f"c{i}" for i in range(PLAN_COLUMNS))
+            self._db.conn.execute(f'CREATE TABLE IF NOT EXISTS "{PLAN_TABLE}" (key TEXT PRIMARY KEY, n INTEGER, '
+                                  f"json TEXT, {columns})")
+            if version < SCHEMA_VERSION:
+                self._upgrade(version)
+            if fresh or version < SCHEMA_VERSION:
                 self.set_meta("schema", {"format": SCHEMA_FORMAT, "version": SCHEMA_VERSION})
                 self.commit()
         except BaseException:
@@ -151,8 +187,19 @@ class SqliteDictStorage:
             ) from None
         self._lock = lock
 
-    def _check_existing(self) -> None:
-        """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it.
+    def _upgrade(self, version: int) -> None:
+        """Rewrite a state of schema *version* as this version stores it (committed by the caller)."""
+        logger.info("Upgrading the costsched state %r from schema version %d to %d.", str(self.path), version,
+                    SCHEMA_VERSION)
+        if version < 2:  # summaries were JSON rows "plan:<fingerprint>" of the main table
+            rows = self._select(f'SELECT key, value FROM "{TABLE}" WHERE key >= ? AND key < ?', ["plan:", "plan;"])
+            for key, value in rows:
+                self._pending_plan[key.removeprefix("plan:")] = _plan_row(key.removeprefix("plan:"), json.loads(value))
+            self._write_pending()
+            self.db.conn.execute(f'DELETE FROM "{TABLE}" WHERE key >= ? AND key < ?', ("plan:", "plan;"))
+
+    def _check_existing(self) -> int:
+        """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it; the schema version.
 
         The file is read through a read-only connection, so a refused file is left as it was.
         A read-only connection cannot roll back a hot journal, the one a writer killed
@@ -187,6 +234,7 @@ class SqliteDictStorage:
         if damage is not None:
             raise StateError(f"{where} is damaged (SQLite's quick_check: {damage}); {kept}. Move it away "
                              "to start a new state, or put back a copy from before the damage.")
+        return version
 
     def _inspect(self) -> tuple[Any, str | None]:
         """The stored schema row, and the first problem SQLite's quick_check finds in a file of ours.
@@ -300,7 +348,7 @@ class SqliteDictStorage:
 
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None:
         self._put(f"page:{fingerprint}", page)
-        self._put(f"plan:{fingerprint}", summary)
+        self._pending_plan[fingerprint] = _plan_row(fingerprint, summary)
 
     def _put(self, key: str, value: Any) -> None:
         if self._db is None:
@@ -314,38 +362,49 @@ class SqliteDictStorage:
         rows = list(self._pending.items())
         self._pending.clear()
         self._uncommitted.update(key for key, _ in rows)
-        per_statement = MAX_VARIABLES // 2
+        self._replace(TABLE, ("key", "value"), rows)
+        plan_rows = list(self._pending_plan.values())
+        self._pending_plan.clear()
+        self._replace(PLAN_TABLE, _PLAN_FIELDS, plan_rows)
+
+    def _replace(self, table: str, fields: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        per_statement = MAX_VARIABLES // len(fields)
+        one = f"({','.join('?' * len(fields))})"
         for start in range(0, len(rows), per_statement):
             chunk = rows[start:start + per_statement]
-            self.db.conn.execute(f'REPLACE INTO "{TABLE}" (key, value) VALUES {",".join(["(?,?)"] * len(chunk))}',
+            self.db.conn.execute(f'REPLACE INTO "{table}" ({", ".join(fields)}) VALUES {",".join([one] * len(chunk))}',
                                  [field for row in chunk for field in row])
 
-    def _range(self, prefix: str) -> Iterator[tuple[str, Any]]:
-        """Rows whose key starts with *prefix*, read through a connection of our own, in no particular order.
+    def _scan(self, query: str, args: tuple[str, ...] = ()) -> Iterator[list[Any]]:
+        """The rows of *query*, a chunk at a time, through a connection of our own.
 
         sqlitedict hands a select's rows one at a time through a queue from its thread, which
         costs more than reading them (seconds for a few hundred thousand pages); our own
-        connection sees only what is committed, so what was written is committed first. The
-        table is scanned in storage order rather than through the key index: a page's two rows
-        were written together, so key order jumps across the whole file at every row.
+        connection sees only what is committed, so what was written is committed first.
         """
         self.commit()
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            # "+key": the condition is not one the key index can serve, so SQLite scans the table.
-            rows = conn.execute(f'SELECT key, value FROM "{TABLE}" WHERE +key >= ? AND +key < ?', (prefix, end))
+            rows = conn.execute(query, args)
             while chunk := rows.fetchmany(READ_CHUNK):
-                for (key, _), value in zip(chunk, _decode_all([value for _, value in chunk]), strict=True):
-                    yield key[len(prefix):], value
+                yield chunk
         finally:
             conn.close()
 
     def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
-        yield from self._range("plan:")
+        """Every page's fingerprint and summary (booleans in columns come back as 0 or 1)."""
+        for chunk in self._scan(f'SELECT {", ".join(_PLAN_FIELDS)} FROM "{PLAN_TABLE}"'):
+            for row in chunk:
+                text = row[2]
+                yield row[0], [*row[3:row[1] + 3]] if text is None else json.loads(text)
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        yield from self._range("page:")
+        """Every page's record, in storage order rather than through the key index (which jumps across the
+        file at every row)."""
+        # "+key": the condition is not one the key index can serve, so SQLite scans the table.
+        for chunk in self._scan(f'SELECT key, value FROM "{TABLE}" WHERE +key >= ? AND +key < ?', ("page:", "page;")):
+            for (key, _), value in zip(chunk, _decode_all([value for _, value in chunk]), strict=True):
+                yield key[len("page:"):], value
 
 
 def storage_from_uri(uri: str) -> StateStorage:

@@ -493,7 +493,7 @@ class Tracker:
                     tiers[raw_value] = value
             elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
             append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_visit is not None else None,
-                             rate_low, rate_high, None if links is None else self._hub(row)))
+                             rate_low, rate_high, None if links is None else self._hub(Summary._make(row))))
         return result
 
     def _group_costs(self, group: str, now: float) -> tuple[float, float | None]:

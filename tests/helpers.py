@@ -112,12 +112,15 @@ def read_state(path: Path) -> dict[str, dict[str, Any]]:
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         rows = conn.execute('SELECT key, value FROM "costsched"').fetchall()
+        plan = conn.execute('SELECT * FROM "costsched_plan"').fetchall()
     finally:
         conn.close()
     tables: dict[str, dict[str, Any]] = {"meta": {}, "page": {}, "plan": {}}
     for key, value in rows:
         kind, _, name = key.partition(":")
         tables[kind][name] = json.loads(value)
+    for key, n, text, *items in plan:
+        tables["plan"][key] = items[:n] if text is None else json.loads(text)
     return {"meta": tables["meta"], "pages": tables["page"], "plan": tables["plan"]}
 
 

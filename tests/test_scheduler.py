@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +13,12 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.test import get_crawler
 
 from scrapy_costsched import CostAwareScheduler
+from scrapy_costsched.model import RateEstimate
+from scrapy_costsched.model.scoring import rank
+from scrapy_costsched.pages import PageState, make_template
 from scrapy_costsched.storage import SqliteDictStorage
-from tests.helpers import read_state, runspider
+from scrapy_costsched.tracker import DAY
+from tests.helpers import fake_now, read_state, runspider
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -144,3 +149,45 @@ def test_scheduler_close_releases_the_state_it_opened(tmp_path: Path) -> None:
     scheduler.close("finished")
     other.open()  # the lock is free again
     other.close()
+
+
+class HeadSpider(Spider):
+    name = "head"
+
+    def parse(self, response: Any) -> None:
+        pass
+
+
+def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -> None:
+    """The plan ranks only the head the budget can reach; leftovers that walk past it rank the rest first."""
+    state = tmp_path / "state.sqlite"
+    crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                       "COSTSCHED_BUDGET": 20, "COSTSCHED_FALLBACK_SCHEDULER":
+                                       "tests.test_scheduler.ListScheduler"})
+    spider = crawler.spider = crawler._create_spider()
+    store = SqliteDictStorage(state)
+    store.open()
+    for i in range(3000):
+        url = f"http://127.0.0.1:9/p/{i}"
+        rate = math.exp(-6.0 + 8.0 * ((i * 0.618) % 1.0))
+        page = PageState(url=url, host="127.0.0.1", page_type="p", value=("high", "normal", "low")[i % 3],
+                         first_seen=fake_now() - 90 * DAY, template=make_template(Request(url, callback=spider.parse),
+                                                                                   spider),
+                         last_visit=fake_now() - (1 + i % 17) * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
+        store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(), page.summary())
+    store.close()
+    scheduler = CostAwareScheduler.from_crawler(crawler)
+    scheduler.tracker.open()
+    scheduler._plan()
+    full = tuple(c.key for _, c in rank(scheduler.tracker.candidates(fake_now()), cycle=scheduler.cycle))
+    head = len(scheduler._ranking)
+    assert 20 < head < len(full)
+    assert scheduler._ranking.keys == full[:head]
+    assert scheduler._planned == set(full[:scheduler._plan_end])
+    # The spider yielded the whole head itself; the budget left pays for 20 pages of the rest.
+    scheduler._dispatched.update(scheduler._ranking.keys)
+    scheduler._extend_plan()
+    assert scheduler._ranking.keys == full
+    assert scheduler._plan_end == head + 20
+    assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
+    scheduler.close("finished")

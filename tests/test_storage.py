@@ -37,6 +37,58 @@ def test_pages_summaries_and_meta_survive_reopen(tmp_path: Path) -> None:
     reopened.close()
 
 
+@pytest.mark.parametrize("summary", [
+    [], [7], [1.5, None, "low", True, False, "h|t", 2, 0.25, 4.0, 1e9, None],
+    [1.5, None, "low", True, False, "h|t", None, None, None, None, [0.5, 3.0, 2.0]],  # a hub's link stats
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [{"a": 1}], [2**70],
+])
+def test_summaries_come_back_as_they_were_put(tmp_path: Path, summary: list[object]) -> None:
+    store = SqliteDictStorage(tmp_path / "s.sqlite")
+    store.open()
+    store.put_page("ab", {"n": 1}, summary)
+    store.commit()
+    store.put_page("cd", {"n": 2}, summary)  # read before its commit too
+    assert sorted(store.iter_summaries()) == [("ab", summary), ("cd", summary)]
+    store.close()
+
+
+def test_a_summary_that_json_cannot_hold_is_refused(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "s.sqlite")
+    store.open()
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        store.put_page("ab", {"n": 1}, [float("nan")])
+    store.close()
+
+
+def test_a_version_1_state_is_upgraded_with_its_summaries(tmp_path: Path) -> None:
+    """Version 1 kept each summary as a JSON row "plan:<fingerprint>" of the main table."""
+    path = tmp_path / "s.sqlite"
+    store = SqliteDictStorage(path)
+    store.open()
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE costsched_plan")
+    conn.executemany("REPLACE INTO costsched (key, value) VALUES (?, ?)", [
+        ("meta:schema", '{"format":"scrapy-costsched","version":1}'),
+        ("page:ab", '{"n":1}'), ("plan:ab", '[null,0.5,"high",false,true,"x|default"]'),
+        ("page:cd", '{"n":2}'), ("plan:cd", '[1.0,0.5,"low",false,true,"x|t",null,0.1,0.9,null,[1.0,2.0,3.0]]'),
+    ])
+    conn.commit()
+    conn.close()
+    store = SqliteDictStorage(path)
+    store.open()
+    assert store.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
+    assert sorted(store.iter_summaries()) == [
+        ("ab", [None, 0.5, "high", False, True, "x|default"]),
+        ("cd", [1.0, 0.5, "low", False, True, "x|t", None, 0.1, 0.9, None, [1.0, 2.0, 3.0]]),
+    ]
+    assert sorted(key for key, _ in store.iter_pages()) == ["ab", "cd"]
+    store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM costsched WHERE key LIKE 'plan:%'").fetchone() == (0,)
+    conn.close()
+
+
 def test_values_are_json_not_pickle(tmp_path: Path) -> None:
     store = SqliteDictStorage(tmp_path / "s.sqlite")
     store.open()

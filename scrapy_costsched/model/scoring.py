@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import math
+from itertools import compress, groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -266,7 +267,7 @@ def rank(
     if not 0.0 <= cycle < math.inf:
         raise ValueError("cycle must be finite and non-negative")
     changes = objective == "changes"
-    inf, node = math.inf, _node
+    inf, node, side, centre = math.inf, _node, _SIDE, _CENTRE
     # A plan allocates a tuple per page and no reference cycles: the cyclic
     # collector would only rescan the growing list (half the run time at 1M pages).
     collecting = gc.isenabled()
@@ -282,10 +283,22 @@ def rank(
                 or (hub is not None and not _hub_ok(hub))
             ):
                 _check(c)  # raises the error that names the problem
-            if c304 is not None or low is not None or cycle or hub is not None:
+            if c304 is not None or hub is not None or elapsed == inf:
                 index = _index(c, changes, cycle)
             elif rate == 0.0 or elapsed == 0.0 or value == 0.0:
                 continue
+            elif low is not None and high is not None:
+                # _index of a learned rate without validators, with fewer calls: the same arithmetic
+                per_cycle = elapsed / cycle if cycle else 0.0
+                g_low = node(low, elapsed, cycle, per_cycle)
+                g = node(rate, elapsed, cycle, per_cycle)
+                g_high = node(high, elapsed, cycle, per_cycle)
+                if changes:
+                    index = value * (side * (g_low + g_high) + centre * g) / cost
+                else:
+                    index = value * (side * (g_low / low + g_high / high) + centre * g / rate) / cost
+            elif cycle:
+                index = _index(c, changes, cycle)
             else:  # _index for a known rate without validators, with fewer steps: same arithmetic
                 g = 1.0 if elapsed == inf else node(rate, elapsed, 0.0, 0.0)
                 index = value * (g if changes else g / rate) / cost
@@ -299,19 +312,112 @@ def rank(
     return scored
 
 
+#: :func:`rank_head` first ranks this many times the pages its *need* asks for, at least
+#: :data:`HEAD_MIN_PAGES`, and four times more at each retry.
+HEAD_FACTOR = 2.0
+HEAD_MIN_PAGES = 1024
+# Bounds are computed in floating point, as the indexes they bound: inflated by far more than their rounding.
+_BOUND_MARGIN = 1.0 + 1e-9
+
+
+def rank_head(
+    candidates: list[Candidate], need: float, objective: str = "freshness", cycle: float = 0.0
+) -> tuple[list[tuple[float, Candidate]], list[Candidate]]:
+    """The best part of :func:`rank`'s ranking, whose expected costs add up to more than *need* (or all of
+    it), and the candidates below it, not ranked: ``head + rank(rest)`` is ``rank(candidates)``.
+
+    A plan needs only the top of the ranking, so most pages need not be scored. A page without
+    validators or hub, visited a finite time *t* ago, has an index no greater than its bound, from
+    g(x) = 1 − (1 + x)·e^−x ≤ min(1, x²/2) (as g′(x) = x·e^−x ≤ x) and U_c(t) ≤ U(t + c)
+    (:func:`~.freshness.cycle_utility`): each node's rate·U is at most min(1, (rate·(t + c))²/2).
+    Only pages whose bound reaches the threshold are scored; those scored at or above it are the head.
+
+    >>> pages = [Candidate(f"p{i}", 1.0, 0.1 * (i + 1), 2.0, 1.0) for i in range(50)]
+    >>> head, rest = rank_head(pages, 2.0, cycle=1.0)
+    >>> head + rank(rest, cycle=1.0) == rank(pages, cycle=1.0), len(head) >= 3
+    (True, True)
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}")
+    if not 0.0 <= cycle < math.inf:
+        raise ValueError("cycle must be finite and non-negative")
+    changes = objective == "changes"
+    inf, side, centre = math.inf, _SIDE, _CENTRE
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        bounded: list[Candidate] = []
+        bounds: list[float] = []
+        others: list[Candidate] = []  # scored in any case (and validated by rank)
+        for c in candidates:
+            _, value, rate, elapsed, cost, c304, low, high, hub = c
+            if not (c304 is None and hub is None and 0.0 < value < inf and 0.0 < cost < inf and 0.0 < rate < inf
+                    and 0.0 < elapsed < inf
+                    and (low is None if high is None else low is not None and 0.0 < low <= high < inf)):
+                others.append(c)
+                continue
+            reach = (elapsed + cycle) * (elapsed + cycle) * 0.5  # each node's bound: min(1, (r·(t + c))²/2) [/ r]
+            if low is None or high is None:
+                bound = min(1.0, rate * rate * reach) if changes else min(1.0 / rate, rate * reach)
+            elif changes:
+                bound = side * (min(1.0, low * low * reach) + min(1.0, high * high * reach)) + centre * min(
+                    1.0, rate * rate * reach)
+            else:
+                bound = side * (min(1.0 / low, low * reach) + min(1.0 / high, high * reach)) + centre * min(
+                    1.0 / rate, rate * reach)
+            bounds.append(value * bound / cost * _BOUND_MARGIN)
+            bounded.append(c)
+        if not bounded:
+            return rank(others, objective, cycle), []
+        by_bound = sorted(bounds, reverse=True)
+        mean_cost = math.fsum(map(itemgetter(4), bounded)) / len(bounded)
+        pages = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need / mean_cost)) if need < inf else len(bounded)
+        while True:
+            if pages >= len(bounded):
+                return rank(candidates, objective, cycle), []
+            threshold = by_bound[pages - 1]
+            scored = rank([*compress(bounded, map(threshold.__le__, bounds)), *others], objective, cycle)
+            end = _first_below(scored, threshold)
+            if math.fsum(c.cost if c.revalidation_cost is None else c.expected_cost
+                         for _, c in scored[:end]) > need:
+                break
+            pages *= 4
+        rest = list(compress(bounded, map(threshold.__gt__, bounds)))
+        rest += map(itemgetter(1), scored[end:])
+        del scored[end:]
+        return scored, rest
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _first_below(scored: list[tuple[float, Candidate]], threshold: float) -> int:
+    """The position of the first index below *threshold* in *scored* (best first)."""
+    low, high = 0, len(scored)
+    while low < high:
+        middle = (low + high) // 2
+        if scored[middle][0] >= threshold:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
 def _order_ties_by_key(scored: list[tuple[float, Candidate]]) -> None:
-    """Sort each run of equal indexes by key (the sort by index alone is stable, not by key)."""
-    n = len(scored)
+    """Sort each run of equal indexes by key (the sort by index alone is stable, not by key).
+
+    The runs are found by :func:`itertools.groupby`, so a ranking with few ties costs one pass in C.
+    """
     i = 0
-    while i < n - 1:
-        if scored[i][0] != scored[i + 1][0]:
-            i += 1
-            continue
-        j = i + 1
-        while j < n - 1 and scored[j + 1][0] == scored[i][0]:
-            j += 1
-        scored[i : j + 1] = sorted(scored[i : j + 1], key=lambda sc: sc[1].key)
-        i = j + 1
+    for _, run in groupby(map(itemgetter(0), scored)):
+        j = i + sum(1 for _ in run)
+        if j - i > 1:
+            scored[i:j] = sorted(scored[i:j], key=_key_of)
+        i = j
+
+
+def _key_of(scored: tuple[float, Candidate]) -> str:
+    return scored[1].key
 
 
 def discovery_spend(candidate: Candidate) -> float:
