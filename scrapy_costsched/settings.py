@@ -191,25 +191,16 @@ def _value_tiers(value: Any) -> dict[str, float]:
     return tiers
 
 
-def _fraction(settings: BaseSettings, name: str) -> float:
+def _fraction(settings: BaseSettings, name: str, *, up_to_one: bool = False) -> float:
+    """A number from 0 up to 1, 1 itself included only when *up_to_one*."""
+    accepted = "a number from 0 to 1" if up_to_one else "a number from 0 up to (not including) 1"
     value = settings.get(name, DEFAULTS[name])
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise _invalid(name, value, "a number from 0 up to (not including) 1") from None
-    if not 0.0 <= number < 1.0:
-        raise _invalid(name, value, "a number from 0 up to (not including) 1")
-    return number
-
-
-def _share(settings: BaseSettings, name: str) -> float:
-    value = settings.get(name, DEFAULTS[name])
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise _invalid(name, value, "a number from 0 to 1") from None
-    if not 0.0 <= number <= 1.0:
-        raise _invalid(name, value, "a number from 0 to 1")
+        raise _invalid(name, value, accepted) from None
+    if not (0.0 <= number <= 1.0 if up_to_one else 0.0 <= number < 1.0):
+        raise _invalid(name, value, accepted)
     return number
 
 
@@ -328,7 +319,7 @@ class Config:
             value_tiers=tiers,
             conditional=get_bool(settings, "COSTSCHED_CONDITIONAL"),
             deliver_not_modified=get_bool(settings, "COSTSCHED_DELIVER_NOT_MODIFIED"),
-            verify_share=_share(settings, "COSTSCHED_VERIFY_SHARE"),
+            verify_share=_fraction(settings, "COSTSCHED_VERIFY_SHARE", up_to_one=True),
         )
 
 

@@ -10,7 +10,21 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-class EdgeSite:
+class _LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 and a free port, serving on a daemon thread."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
     (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows) and
@@ -80,17 +94,10 @@ class EdgeSite:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
 
 
-class ForwardProxy:
+class ForwardProxy(_LoopbackServer):
     """A loopback HTTP forward proxy (absolute-URI GETs only), counting what it relays."""
 
     def __init__(self) -> None:
@@ -121,11 +128,4 @@ class ForwardProxy:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
