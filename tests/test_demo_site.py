@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from email.utils import formatdate
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,21 @@ if str(PROJECT) not in sys.path:
 from demo_site import clock
 from demo_site.catalog import DAY, EPOCH0, RATE_BUCKETS, TIERS, Catalog, Product
 from demo_site.evaluate import Dataset, ScrapeMismatch, freshness, parse_price
-from demo_site.server import HostMap, SiteServer, parse_host_spec, render, serve_in_thread
+from demo_site.server import (
+    HostMap,
+    SiteServer,
+    Throttle,
+    ThrottleGate,
+    parse_host_spec,
+    parse_throttle_spec,
+    parse_throttles,
+    render,
+    serve_in_thread,
+)
 from demo_site.wire import read_byte_log
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
 WEIGHTS = {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0}
 
@@ -683,3 +693,249 @@ def test_spider_follows_products_on_other_hosts(catalog: Catalog) -> None:
     assert not getattr(spider, "allowed_domains", None)  # OffsiteMiddleware lets every host through
     urls = [r.url for r in spider.parse(listing)]
     assert urls == [f"{hosts.urls[p.id % 5]}/product/{p.id}" for p in catalog.listing_at(1, t)]
+
+
+# -- a throttling host ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def throttled(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ThrottledSite]:
+    """Hosts honour and false304 on a byte log; each test starts the throttle it needs."""
+    clock_file = tmp_path / "clock"
+    monkeypatch.setenv(clock.CLOCK_ENV, str(clock_file))
+    started = ThrottledSite(catalog, clock_file, tmp_path / "bytes.jsonl")
+    try:
+        yield started
+    finally:
+        if started.site is not None:
+            started.site.shutdown()
+            started.site.server_close()
+
+
+class ThrottledSite:
+    def __init__(self, catalog: Catalog, clock_file: Path, log: Path) -> None:
+        self.catalog, self.clock_file, self.log = catalog, clock_file, log
+        self.t = EPOCH0 + 3600
+        clock.set_clock(clock_file, self.t)
+        self.site: SiteServer | None = None
+        self._offset = 0
+
+    def start(self, throttle: Mapping[int, Throttle]) -> str:
+        """Serve the site with *throttle*; the throttling host's base URL."""
+        self.site = serve_in_thread(self.catalog, hosts=("honour", "false304"), byte_log=self.log,
+                                    throttle=throttle)[0]  # fmt: skip
+        return self.site.url_for_throttled()
+
+    def page(self, index: int = 1) -> str:
+        """Path of a product that lives on host *index*."""
+        assert self.site is not None
+        return f"/product/{self.site.products_of(index, self.catalog, self.t)[0]}"
+
+    def set_day(self, day: int, hour: float = 1.0) -> None:
+        self.t = EPOCH0 + day * DAY + hour * 3600
+        clock.set_clock(self.clock_file, self.t)
+
+    def records(self) -> list[dict[str, Any]]:
+        records, self._offset = read_byte_log(self.log, self._offset)
+        return records
+
+
+def _wait_out(records: list[dict[str, Any]]) -> None:
+    """Sleep past the end of every block the records name."""
+    until = max(r["blocked_until"] for r in records if r["blocked_until"] is not None)
+    time.sleep(max(0.0, until - time.time()) + 0.05)
+
+
+def test_a_throttling_host_serves_its_quota_then_answers_429_with_retry_after_in_seconds(
+    throttled: ThrottledSite,
+) -> None:
+    url = throttled.start({1: Throttle(quota=3, retry_after=1.0)})
+    page = throttled.page()
+    assert [_get(url + page)[0] for _ in range(3)] == [200, 200, 200]
+    status, headers, body = _get(url + page)
+    assert status == 429
+    assert headers["Retry-After"] == "1"  # whole seconds, rounded up
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "Too many requests" in body
+    assert headers["Date"] == formatdate(throttled.t, usegmt=True)
+    # inside the block: every page gets 429, conditional or not; robots.txt and the other host are served
+    assert _get(url + throttled.page(), {"If-None-Match": '"p1-v0"'})[0] == 429
+    assert _get(url + "/product/0")[0] == 429  # a page the host does not have is throttled too
+    assert _get(url + "/robots.txt")[0] == 200
+    assert _get(throttled.site.url + throttled.page(0))[0] == 200  # type: ignore[union-attr]
+    records = throttled.records()
+    assert [(r["host"], r["status"]) for r in records] == [("127.0.0.2", 200)] * 3 + [("127.0.0.2", 429)] * 3 + [
+        ("127.0.0.2", 200), ("127.0.0.1", 200)]  # fmt: skip
+    assert [r["inside_block"] for r in records] == [False] * 4 + [True, True] + [False, False]
+    # the first 429 announces the block; every 429 names the same end, a second after it arrived
+    blocked = [r for r in records if r["status"] == 429]
+    assert len({r["blocked_until"] for r in blocked}) == 1
+    assert 1.0 <= blocked[0]["blocked_until"] - blocked[0]["time"] < 1.5  # from when it was counted
+    assert all(r["blocked_until"] is None for r in records if r["status"] == 200)
+    assert [r["time"] for r in records] == sorted(r["time"] for r in records)
+    assert all(abs(r["time"] - time.time()) < 30 for r in records)  # the wall clock, not the simulated one
+    assert records[3]["mode"] == "false304"
+
+    _wait_out(records)  # the block is over: another quota, then the next block
+    assert [_get(url + page)[0] for _ in range(4)] == [200, 200, 200, 429]
+    after = throttled.records()
+    assert [r["inside_block"] for r in after] == [False] * 4
+    assert after[3]["blocked_until"] > blocked[0]["blocked_until"] + 0.9
+
+
+def test_a_429_is_counted_to_the_byte_like_any_response(throttled: ThrottledSite) -> None:
+    url = urllib.parse.urlsplit(throttled.start({1: Throttle(quota=1, retry_after=30.0)}))
+    host, port = url.hostname or "", url.port or 0
+    request = f"GET {throttled.page()} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+    head = f"HEAD {throttled.page()} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, port), timeout=10) as sock:
+        buffer = bytearray()
+        responses = []
+        for data, is_head in ((request, False), (request, False), (head, True)):  # keep-alive through a 429
+            sock.sendall(data)
+            responses.append(_read_response(sock, buffer, is_head))
+    assert [r[:12] for r in responses] == [b"HTTP/1.1 200", b"HTTP/1.1 429", b"HTTP/1.1 429"]
+    assert b"\r\nRetry-After: 30\r\n" in responses[1]
+    records = throttled.records()
+    assert [r["status"] for r in records] == [200, 429, 429]
+    assert [r["received"] for r in records] == [len(request), len(request), len(head)]
+    assert [r["sent"] for r in records] == [len(r) for r in responses]
+    assert [r["inside_block"] for r in records] == [False, False, True]
+
+
+def test_retry_after_as_an_http_date_on_the_simulated_clock(throttled: ThrottledSite) -> None:
+    url = throttled.start({1: Throttle(quota=1, retry_after=1.0, as_date=True)})
+    throttled.set_day(2, hour=5.25)
+    assert _get(url + throttled.page())[0] == 200
+    status, headers, _ = _get(url + throttled.page())
+    assert status == 429
+    date = parsedate_to_datetime(headers["Date"]).timestamp()
+    retry_at = parsedate_to_datetime(headers["Retry-After"]).timestamp()
+    assert date == throttled.t
+    assert retry_at - date == 1.0  # the real second the block has left, rounded up, on the site's clock
+    assert not headers["Retry-After"].isdigit()
+
+
+def test_a_new_simulated_day_restarts_the_count(throttled: ThrottledSite) -> None:
+    url = throttled.start({1: Throttle(quota=2, retry_after=1.0)})
+    page = throttled.page()
+    assert [_get(url + page)[0] for _ in range(2)] == [200, 200]
+    throttled.set_day(0, hour=20)  # later the same day: the count goes on
+    throttled.set_day(1, hour=0.5)  # the next day: a new count
+    assert [_get(url + page)[0] for _ in range(3)] == [200, 200, 429]
+    throttled.set_day(2)
+    assert _get(url + page)[0] == 429  # a new day does not lift a block: it runs in real seconds
+    _wait_out(throttled.records())
+    assert [_get(url + page)[0] for _ in range(3)] == [200, 200, 429]
+
+
+def test_the_same_day_goes_on_counting(throttled: ThrottledSite) -> None:
+    url = throttled.start({1: Throttle(quota=2, retry_after=1.0)})
+    page = throttled.page()
+    assert _get(url + page)[0] == 200
+    throttled.set_day(0, hour=23.9)
+    assert [_get(url + page)[0] for _ in range(2)] == [200, 429]
+
+
+def test_robots_txt_is_never_throttled_nor_counted(throttled: ThrottledSite) -> None:
+    url = throttled.start({0: Throttle(quota=1, retry_after=30.0)})
+    assert throttled.site is not None
+    assert url == throttled.site.url  # the main host can throttle too
+    assert [_get(url + "/robots.txt")[0] for _ in range(5)] == [200] * 5
+    assert [_get(url + "/category/0")[0] for _ in range(2)] == [200, 429]
+    assert [_get(url + "/robots.txt?x=1")[0] for _ in range(2)] == [200, 200]
+    assert [r["inside_block"] for r in throttled.records()] == [False] * 9
+
+
+def test_concurrent_requests_get_exactly_the_quota(throttled: ThrottledSite) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = throttled.start({1: Throttle(quota=7, retry_after=30.0)})
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        statuses = list(pool.map(lambda _: _get(url + throttled.page())[0], range(40)))
+    assert sorted(statuses) == [200] * 7 + [429] * 33
+    records = throttled.records()
+    first = min(r["time"] for r in records if r["status"] == 429)
+    assert all(r["status"] == 429 for r in records if r["inside_block"])
+    assert all(r["time"] >= first for r in records if r["inside_block"])
+
+
+def test_the_gate_blames_only_requests_sent_after_the_block_was_announced() -> None:
+    ticks = [100.0]
+    gate = ThrottleGate(Throttle(quota=1, retry_after=5.0), monotonic=lambda: ticks[0])
+    assert gate.admit(0, 100.0).wait is None
+    first = gate.admit(0, 100.0)
+    assert (first.wait, first.inside_block) == (5.0, False)
+    ticks[0] = 101.0
+    racing = gate.admit(0, 100.5)  # arrived before the first 429 left: the client could not know
+    assert (racing.wait, racing.inside_block) == (4.0, False)
+    gate.announced(first.block, 101.0)
+    late = gate.admit(0, 101.0)
+    assert (late.wait, late.inside_block) == (4.0, True)
+    ticks[0] = 105.0
+    after = gate.admit(0, 105.0)
+    assert (after.wait, after.inside_block) == (None, False)
+    gate.announced(first.block, 105.0)  # a stale announcement does not start anything
+    ticks[0] = 106.0
+    blocked = gate.admit(0, 106.0)
+    assert (blocked.wait, blocked.inside_block) == (5.0, False)
+    assert blocked.block == first.block + 1
+
+
+def test_throttle_specs_and_their_errors(catalog: Catalog) -> None:
+    assert parse_throttle_spec("5:20:3") == (5, Throttle(20, 3.0))
+    assert parse_throttle_spec(" 0:1:0.5:date ") == (0, Throttle(1, 0.5, as_date=True))
+    assert parse_throttles(["1:2:3", "0:4:5:date"], 2) == {1: Throttle(2, 3.0), 0: Throttle(4, 5.0, True)}
+    for spec, message in (("5:20", "INDEX:QUOTA:SECONDS"), ("5:20:3:http", "INDEX:QUOTA:SECONDS"),
+                          ("x:20:3", "must be integers"), ("1:2.5:3", "must be integers"),
+                          ("-1:2:3", "index must be >= 0"), ("1:0:3", "quota must be >= 1"),
+                          ("1:2:0", "positive number"), ("1:2:inf", "positive number"),
+                          ("1:2:nan", "positive number")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            parse_throttle_spec(spec)
+    with pytest.raises(ValueError, match=r"no host 2, the site has hosts 0\.\.1"):
+        parse_throttles(["2:1:1"], 2)
+    with pytest.raises(ValueError, match="host 1 already throttles"):
+        parse_throttles(["1:1:1", "1:2:2"], 2)
+    with pytest.raises(ValueError, match="throttle names host index 3"):
+        SiteServer(catalog, hosts=("honour", "none"), throttle={3: Throttle(1, 1.0)})
+    site = SiteServer(catalog, hosts=("honour",))
+    try:
+        with pytest.raises(KeyError):
+            site.url_for_throttled()
+    finally:
+        site.server_close()
+
+
+def test_server_module_throttles_the_hosts_it_is_told_to(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(PROJECT), DEMO_CLOCK_FILE=str(tmp_path / "clock"))
+    clock.set_clock(tmp_path / "clock", EPOCH0)
+    log = tmp_path / "bytes.jsonl"
+    argv = [sys.executable, "-m", "demo_site", "--products", "20", "--categories", "2", "--hosts",
+            "honour,none", "--byte-log", str(log), "--throttle", "1:1:30", "--throttle", "0:1:30:date"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        main, other = (w.split("=", 1)[1] for w in words[2:])
+        assert [_get(other + "/product/1")[0] for _ in range(2)] == [200, 429]
+        assert [_get(main + "/category/0")[0] for _ in range(2)] == [200, 429]
+        assert not _get(main + "/category/1")[1]["Retry-After"].isdigit()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert [(r["host"], r["status"], r["inside_block"]) for r in read_byte_log(log)[0]] == [
+            ("127.0.0.2", 200, False), ("127.0.0.2", 429, False), ("127.0.0.1", 200, False),
+            ("127.0.0.1", 429, False), ("127.0.0.1", 429, True)]  # fmt: skip
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    for spec, message in (("2:1:1", "no host 2"), ("1:1", "INDEX:QUOTA:SECONDS")):
+        bad = subprocess.run([*argv[:-4], "--throttle", spec], cwd=PROJECT, env=env, capture_output=True,
+                             text=True, timeout=30, check=False)  # fmt: skip
+        assert bad.returncode == 2
+        assert "--throttle: " in bad.stderr
+        assert message in bad.stderr

@@ -21,6 +21,14 @@ from the main host's start URLs reaches every host. A page requested from anothe
 is ``404``; every host serves ``/robots.txt``. With a byte log, each request appends one JSON line
 with the bytes it moved and whether the page truly changed since the validators it carried
 (:mod:`demo_site.wire`), the ground truth for counting false ``304``\\ s.
+
+Whatever its validator mode, a host can also *throttle* (:class:`Throttle`), as rate-limited APIs and
+shops do: after ``quota`` requests in one simulated day it answers ``429 Too Many Requests`` with a
+``Retry-After`` to everything but ``/robots.txt`` for ``retry_after`` *real* seconds (the simulated
+clock stands still while a day's crawl runs), then serves another ``quota`` requests, and so on; a
+new simulated day restarts the count. Its byte log lines say whether each request arrived while a
+``Retry-After`` the host had already sent was still running (``inside_block``), the ground truth
+for "no request reaches the host before the time it was given".
 """
 
 from __future__ import annotations
@@ -28,22 +36,25 @@ from __future__ import annotations
 import argparse
 import html
 import itertools
+import math
 import re
 import signal
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from demo_site import clock
-from demo_site.catalog import EPOCH0, Catalog
+from demo_site.catalog import DAY, EPOCH0, Catalog
 from demo_site.wire import ByteLog, CountingReader, HeldWriter
 
 if TYPE_CHECKING:
     import io
     import os
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
 
 _PRODUCT = re.compile(r"/product/(\d+)")
@@ -59,6 +70,99 @@ LAST_MODIFIED_MODES = ("honest", "volatile", "frozen")
 VALIDATOR_MODES = ("honour", "ignore", "rotate", "false304", "none")
 #: Addresses 127.0.0.1 .. 127.0.0.254; Linux routes all of 127.0.0.0/8 to loopback.
 MAX_HOSTS = 254
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """How a host throttles: *quota* requests served, then ``429`` for *retry_after* real seconds.
+
+    ``Retry-After`` gives the seconds left, rounded up, or with *as_date* an HTTP-date (RFC 9110
+    10.2.3) on the simulated clock, the one the ``Date`` header follows.
+    """
+
+    quota: int
+    retry_after: float
+    as_date: bool = False
+
+    def __post_init__(self) -> None:
+        if self.quota < 1:
+            raise ValueError(f"throttle quota must be >= 1, not {self.quota!r}")
+        if not self.retry_after > 0 or math.isinf(self.retry_after):
+            raise ValueError(f"throttle retry_after must be a positive number of seconds, not {self.retry_after!r}")
+
+
+class _Admission(NamedTuple):
+    """What a throttling host decided for one request."""
+
+    wait: float | None  # seconds of the block left (answer 429), or None (serve)
+    block: int  # which block the 429 belongs to, so its announcement dates the right one
+    inside_block: bool  # the request arrived while an announced Retry-After was still running
+    blocked_until: float | None  # wall-clock end of the block when answering 429
+
+
+class ThrottleGate:
+    """One host's throttle state, shared by the threads of its ThreadingHTTPServer.
+
+    Blocks are timed on *monotonic* (real seconds); the request count restarts with each simulated
+    day and after each block. A block counts as announced once its first ``429`` has left the server,
+    so a request racing that response on another connection is not blamed on the client.
+    """
+
+    def __init__(self, throttle: Throttle, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.throttle = throttle
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._day: int | None = None
+        self._served = 0
+        self._until: float | None = None  # monotonic end of the current block
+        self._until_wall = 0.0  # the same end on the wall clock, for the byte log
+        self._announced: float | None = None  # monotonic time its first 429 was sent
+        self._block = 0
+
+    def admit(self, day: int, arrived: float) -> _Admission:
+        """Count a request of simulated *day* that arrived at monotonic time *arrived*."""
+        with self._lock:
+            now = self._monotonic()
+            inside = (
+                self._announced is not None and self._until is not None and self._announced <= arrived < self._until
+            )
+            if day != self._day:
+                self._day, self._served = day, 0
+            if self._until is not None and now >= self._until:
+                self._until = self._announced = None
+                self._served = 0
+            if self._until is None:
+                if self._served < self.throttle.quota:
+                    self._served += 1
+                    return _Admission(None, self._block, inside, None)
+                self._until = now + self.throttle.retry_after
+                self._until_wall = time.time() + self.throttle.retry_after
+                self._block += 1
+            return _Admission(self._until - now, self._block, inside, self._until_wall)
+
+    def announced(self, block: int, at: float) -> None:
+        """The first ``429`` of *block* left the server at monotonic time *at*."""
+        with self._lock:
+            if block == self._block and self._until is not None and self._announced is None:
+                self._announced = at
+
+
+def parse_throttle_spec(spec: str) -> tuple[int, Throttle]:
+    """``"5:20:3"`` or ``"5:20:3:date"`` -> (host index, Throttle(quota=20, retry_after=3.0, ...))."""
+    parts = spec.strip().split(":")
+    if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "date"):
+        raise ValueError(f"throttle must be INDEX:QUOTA:SECONDS or INDEX:QUOTA:SECONDS:date, not {spec!r}")
+    try:
+        index, quota, seconds = int(parts[0]), int(parts[1]), float(parts[2])
+    except ValueError:
+        raise ValueError(f"throttle {spec!r}: INDEX and QUOTA must be integers, SECONDS a number") from None
+    if index < 0:
+        raise ValueError(f"throttle {spec!r}: host index must be >= 0")
+    return index, Throttle(quota, seconds, as_date=len(parts) == 4)
+
+
+def _too_many_requests() -> bytes:
+    return _html("Too many requests", "<h1>Too many requests</h1>\n<p>Come back after Retry-After.</p>").encode()
 
 
 class _Page:
@@ -252,11 +356,12 @@ def make_handler(
     hosts: HostMap | None = None,
     here: int = 0,
     byte_log: ByteLog | None = None,
+    throttle: Throttle | ThrottleGate | None = None,
 ) -> type[BaseHTTPRequestHandler]:
     """A request handler class for host *here* of *hosts*, serving *catalog* at the clock *now*.
 
     *last_modified* picks the ``Last-Modified`` dates, *mode* how validators are treated; with a
-    *byte_log*, every request appends its record there.
+    *byte_log*, every request appends its record there; with a *throttle*, the host rations requests.
     """
     if last_modified not in LAST_MODIFIED_MODES:
         raise ValueError(f"last_modified must be one of {LAST_MODIFIED_MODES}, not {last_modified!r}")
@@ -264,6 +369,7 @@ def make_handler(
         raise ValueError(f"mode must be one of {VALIDATOR_MODES}, not {mode!r}")
     rotation = itertools.count(1)  # next() on a count is atomic under the GIL
     address = host_address(here)
+    gate = ThrottleGate(throttle) if isinstance(throttle, Throttle) else throttle
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: Scrapy reuses connections
@@ -285,10 +391,15 @@ def make_handler(
             self.path = ""
             self._status: int | None = None
             self._record: dict[str, Any] = {"conditional": False, "changed_since_validators": None}
+            self._arrived: tuple[float, float] | None = None  # (time.time(), time.monotonic())
+            self._admission: _Admission | None = None
+            self._sim_time: float | None = None
             try:
                 super().handle_one_request()
             finally:
                 if byte_log is not None and self.rfile.count:
+                    arrived = self._arrived[0] if self._arrived is not None else time.time()
+                    admission = self._admission
                     byte_log.append(
                         {
                             "host": address,
@@ -300,9 +411,19 @@ def make_handler(
                             "received": self.rfile.count,
                             "sent": self.wfile.count,
                             **self._record,
+                            "time": arrived,
+                            "inside_block": admission is not None and admission.inside_block,
+                            "blocked_until": None if admission is None else admission.blocked_until,
                         }
                     )
                 self.wfile.release()
+                if gate is not None and self._admission is not None and self._admission.wait is not None:
+                    gate.announced(self._admission.block, time.monotonic())
+
+        def parse_request(self) -> bool:
+            # The request line is in: the request has arrived (a keep-alive wait is not part of it).
+            self._arrived = (time.time(), time.monotonic())
+            return super().parse_request()
 
         def handle_expect_100(self) -> bool:
             ok = super().handle_expect_100()
@@ -335,6 +456,12 @@ def make_handler(
         def _respond(self, *, send_body: bool) -> None:
             self._discard_body()
             t = now()
+            if gate is not None and self.path.split("?", 1)[0] != "/robots.txt":
+                arrived = self._arrived[1] if self._arrived is not None else time.monotonic()
+                self._admission = gate.admit(math.floor((t - EPOCH0) / DAY), arrived)
+                if self._admission.wait is not None:
+                    self._throttled(t, self._admission.wait, send_body=send_body)
+                    return
             page = render(catalog, self.path, t, hosts, here)
             if page.last_modified is not None and last_modified != "honest":
                 page.last_modified = float(int(t)) if last_modified == "volatile" else catalog.start
@@ -379,9 +506,29 @@ def make_handler(
             if send_body:
                 self.wfile.write(page.body)
 
+        def _throttled(self, t: float, wait: float, *, send_body: bool) -> None:
+            """``429`` with the time the block has left; a date form is on the simulated clock."""
+            assert gate is not None
+            if gate.throttle.as_date:
+                # Date and Retry-After from the same reading, each date at least *wait* after it.
+                self._sim_time = t
+                retry_after = formatdate(math.ceil(t + wait), usegmt=True)
+            else:
+                retry_after = str(max(1, math.ceil(wait)))
+            body = _too_many_requests()
+            self.send_response(429)
+            self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+
         def date_time_string(self, timestamp: float | None = None) -> str:
             # The Date header follows the simulated clock, so clients can age Last-Modified.
-            return formatdate(now() if timestamp is None else timestamp, usegmt=True)
+            if timestamp is None:
+                timestamp = now() if self._sim_time is None else self._sim_time
+            return formatdate(timestamp, usegmt=True)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
             pass  # quiet: the crawler's own stats say what was fetched
@@ -404,9 +551,10 @@ class SiteServer:
     """Every host of one demo site: host *i* listens on 127.0.0.\\ *i+1*, each on its own port.
 
     *hosts* lists one validator mode per host, the main host first, optionally with its own
-    ``Last-Modified`` mode (``"rotate:volatile"``); *last_modified* applies to the others. *port* 0
-    gives each host a free port; another value binds that port on every address. Quacks like one
-    server (``shutdown``, ``server_close``, ``server_address`` of the main host) for older callers.
+    ``Last-Modified`` mode (``"rotate:volatile"``); *last_modified* applies to the others. *throttle*
+    maps a host index to its :class:`Throttle`, whatever its validator mode. *port* 0 gives each host
+    a free port; another value binds that port on every address. Quacks like one server
+    (``shutdown``, ``server_close``, ``server_address`` of the main host) for older callers.
     """
 
     def __init__(
@@ -417,17 +565,24 @@ class SiteServer:
         hosts: Sequence[str] = ("honour",),
         byte_log: str | os.PathLike[str] | None = None,
         now: Callable[[], float] = clock.now,
+        throttle: Mapping[int, Throttle] | None = None,
     ) -> None:
         specs = [parse_host_spec(spec, last_modified) for spec in hosts]
         self.modes: tuple[str, ...] = tuple(mode for mode, _ in specs)
         self.last_modified: tuple[str, ...] = tuple(dates for _, dates in specs)
         self.host_map = HostMap(len(specs))
+        throttle = dict(throttle or {})
+        if bad := sorted(i for i in throttle if not 0 <= i < len(specs)):
+            raise ValueError(f"throttle names host index {bad[0]}, but the site has hosts 0..{len(specs) - 1}")
+        #: host index -> its throttle state (the gates are shared with the handlers, for tests to inspect)
+        self.throttles: dict[int, ThrottleGate] = {i: ThrottleGate(t) for i, t in sorted(throttle.items())}
         self.byte_log: ByteLog | None = ByteLog(byte_log) if byte_log is not None else None
         self.servers: list[ThreadingHTTPServer] = []
         self._running: list[ThreadingHTTPServer] = []  # shutdown() blocks unless serve_forever runs
         try:
             for i, (mode, dates) in enumerate(specs):
-                handler = make_handler(catalog, now, dates, mode, self.host_map, i, self.byte_log)
+                gate = self.throttles.get(i)
+                handler = make_handler(catalog, now, dates, mode, self.host_map, i, self.byte_log, gate)
                 server = ThreadingHTTPServer((host_address(i), port), handler)
                 server.daemon_threads = True
                 self.servers.append(server)
@@ -457,13 +612,22 @@ class SiteServer:
                 return url
         raise KeyError(mode)
 
+    def url_for_throttled(self) -> str:
+        """Base URL of the first throttling host (KeyError if no host throttles)."""
+        if not self.throttles:
+            raise KeyError("throttle")
+        return self.host_map.urls[min(self.throttles)]
+
     def product_url(self, pid: int) -> str:
         """Where product *pid* is served."""
         return f"{self.host_map.urls[self.host_map.product_host(pid)]}/product/{pid}"
 
     def products_on(self, mode: str, catalog: Catalog, t: float) -> list[int]:
         """Ids of the products that exist at *t* and live on the first host with *mode*."""
-        index = self.urls.index(self.url_for(mode))
+        return self.products_of(self.urls.index(self.url_for(mode)), catalog, t)
+
+    def products_of(self, index: int, catalog: Catalog, t: float) -> list[int]:
+        """Ids of the products that exist at *t* and live on host *index*."""
         return [p.id for p in catalog.existing(t) if self.host_map.product_host(p.id) == index]
 
     def start(self) -> SiteServer:
@@ -515,12 +679,14 @@ def serve_in_thread(
     last_modified: str = "honest",
     hosts: Sequence[str] = ("honour",),
     byte_log: str | os.PathLike[str] | None = None,
+    throttle: Mapping[int, Throttle] | None = None,
 ) -> tuple[SiteServer, str]:
     """Start every host of a site on background threads (for tests); returns it and the main URL.
 
-    ``site.url_for("false304")`` is a mode's base URL, ``site.product_url(pid)`` a product's page.
+    ``site.url_for("false304")`` is a mode's base URL, ``site.url_for_throttled()`` the first
+    throttling host's, ``site.product_url(pid)`` a product's page.
     """
-    site = SiteServer(catalog, port, last_modified, hosts, byte_log).start()
+    site = SiteServer(catalog, port, last_modified, hosts, byte_log, throttle=throttle).start()
     return site, site.url
 
 
@@ -542,10 +708,28 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated validator modes, one host each, main host first, from "
                              f"{','.join(VALIDATOR_MODES)}; MODE:LAST_MODIFIED overrides --last-modified "
                              "for one host (default: honour, one honest host)")
+    parser.add_argument("--throttle", action="append", default=[], metavar="INDEX:QUOTA:SECONDS[:date]",
+                        help="host INDEX (0 = main) answers 429 after QUOTA requests a simulated day, "
+                             "with Retry-After SECONDS (real time; ':date' sends an HTTP-date), then "
+                             "serves QUOTA more; robots.txt is never throttled (repeatable)")
     parser.add_argument("--byte-log", metavar="FILE",
                         help="append one JSON line per request: host, mode, path, status, bytes received "
-                             "and sent, conditional, changed_since_validators")
+                             "and sent, conditional, changed_since_validators, time, inside_block, "
+                             "blocked_until")
     return parser
+
+
+def parse_throttles(specs: Sequence[str], hosts: int) -> dict[int, Throttle]:
+    """Every ``--throttle`` spec, checked against a site of *hosts* hosts (ValueError names the bad one)."""
+    throttles: dict[int, Throttle] = {}
+    for spec in specs:
+        index, throttle = parse_throttle_spec(spec)
+        if index >= hosts:
+            raise ValueError(f"throttle {spec!r}: no host {index}, the site has hosts 0..{hosts - 1}")
+        if index in throttles:
+            raise ValueError(f"throttle {spec!r}: host {index} already throttles")
+        throttles[index] = throttle
+    return throttles
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
         HostMap(len(hosts))
     except ValueError as exc:
         parser.error(f"--hosts: {exc}")
+    try:
+        throttles = parse_throttles(args.throttle, len(hosts))
+    except ValueError as exc:
+        parser.error(f"--throttle: {exc}")
     catalog = Catalog.generate(
         products=args.products,
         categories=args.categories,
@@ -566,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         horizon_days=args.horizon_days,
         new_per_day=args.new_per_day,
     )
-    site = SiteServer(catalog, args.port, args.last_modified, hosts, args.byte_log)
+    site = SiteServer(catalog, args.port, args.last_modified, hosts, args.byte_log, throttle=throttles)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(0)  # unwinds serve_forever in the main thread; finally closes the sockets
