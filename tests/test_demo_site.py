@@ -200,6 +200,21 @@ def test_freshness_is_exact() -> None:
     assert freshness(small, old, t0, t1, WEIGHTS).weighted <= freshness(small, full, t0, t1, WEIGHTS).weighted
 
 
+def test_freshness_of_part_of_the_site_counts_only_its_products() -> None:
+    """The demo scores the hosts that do not throttle on their own: the rest weighs nothing."""
+    small = Catalog.generate(products=20, categories=2, seed=3, horizon_days=10, new_per_day=0.5)
+    t0 = EPOCH0 + 2 * DAY
+    half = Dataset()
+    half.update(small, [_item(small, p.id, t0) for p in small.existing(t0) if p.id % 2 == 0], t0)
+    even = freshness(small, half, t0, t0 + DAY, WEIGHTS, include=lambda p: p.id % 2 == 0)
+    odd = freshness(small, half, t0, t0 + DAY, WEIGHTS, include=lambda p: p.id % 2 == 1)
+    every = freshness(small, half, t0, t0 + DAY, WEIGHTS)
+    assert odd.weighted == 0.0
+    assert even.weighted > every.weighted > 0.0
+    assert even.products + odd.products == every.products
+    assert freshness(small, half, t0, t0 + DAY, WEIGHTS, include=lambda p: True) == every
+
+
 def test_dataset_counts_changes_and_rejects_wrong_items(catalog: Catalog) -> None:
     product = max(catalog.products[:300], key=lambda p: p.rate)
     t0, t1 = EPOCH0 + 3600, EPOCH0 + DAY
@@ -772,6 +787,9 @@ def test_a_throttling_host_serves_its_quota_then_answers_429_with_retry_after_in
     assert len({r["blocked_until"] for r in blocked}) == 1
     assert 1.0 <= blocked[0]["blocked_until"] - blocked[0]["time"] < 1.5  # from when it was counted
     assert all(r["blocked_until"] is None for r in records if r["status"] == 200)
+    announced = records[4]["announced_at"]
+    assert records[3]["time"] < announced <= records[4]["time"]  # the first 429 left before the next arrived
+    assert [r["announced_at"] for r in records] == [None] * 4 + [announced] * 2 + [None] * 2
     assert [r["time"] for r in records] == sorted(r["time"] for r in records)
     assert all(abs(r["time"] - time.time()) < 30 for r in records)  # the wall clock, not the simulated one
     assert records[3]["mode"] == "false304"
@@ -872,6 +890,8 @@ def test_the_gate_blames_only_requests_sent_after_the_block_was_announced() -> N
     gate.announced(first.block, 101.0)
     late = gate.admit(0, 101.0)
     assert (late.wait, late.inside_block) == (4.0, True)
+    assert racing.announced_at is None
+    assert late.announced_at is not None
     ticks[0] = 105.0
     after = gate.admit(0, 105.0)
     assert (after.wait, after.inside_block) == (None, False)

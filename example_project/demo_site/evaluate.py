@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from demo_site.catalog import TIERS, Catalog, ProductContent
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
+
+    from demo_site.catalog import Product
 
 
 class ScrapeMismatch(AssertionError):
@@ -105,12 +107,14 @@ def freshness(
     t0: float,
     t1: float,
     weights: Mapping[str, float],
+    include: Callable[[Product], bool] | None = None,
 ) -> Freshness:
     """Exact time-averaged freshness of *dataset* over ``[t0, t1)``.
 
     Each product counts while it exists, with weight ``weights[tier]``; its copy is fresh from the
     window's start until the next change after the copied version (0 without a copy). Copies must
-    have been scraped at or before *t0*.
+    have been scraped at or before *t0*. *include* limits the score to some products (one part of
+    the site, say the hosts that do not throttle).
     """
     if not t1 > t0:
         raise ValueError("freshness requires t1 > t0")
@@ -119,7 +123,7 @@ def freshness(
     tier_den = dict.fromkeys(TIERS, 0.0)
     count = 0
     for product in catalog.existing(t1):
-        if product.created >= t1:
+        if product.created >= t1 or (include is not None and not include(product)):
             continue
         count += 1
         begin = max(t0, product.created)

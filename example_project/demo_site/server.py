@@ -26,9 +26,12 @@ Whatever its validator mode, a host can also *throttle* (:class:`Throttle`), as 
 shops do: after ``quota`` requests in one simulated day it answers ``429 Too Many Requests`` with a
 ``Retry-After`` to everything but ``/robots.txt`` for ``retry_after`` *real* seconds (the simulated
 clock stands still while a day's crawl runs), then serves another ``quota`` requests, and so on; a
-new simulated day restarts the count. Its byte log lines say whether each request arrived while a
-``Retry-After`` the host had already sent was still running (``inside_block``), the ground truth
-for "no request reaches the host before the time it was given".
+new simulated day restarts the count (a running block still runs out its real seconds). Byte log
+lines carry the real arrival ``time``; ``inside_block`` says whether the request arrived while a
+``Retry-After`` the host had already sent was still running, the ground truth for "no request
+reaches the host before the time it was given" (``announced_at``, when the block's first ``429``
+left, tells a request that was already in flight on another connection from one sent later);
+a ``429`` line's ``blocked_until`` is the block's end, both on the wall clock.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class _Admission(NamedTuple):
     block: int  # which block the 429 belongs to, so its announcement dates the right one
     inside_block: bool  # the request arrived while an announced Retry-After was still running
     blocked_until: float | None  # wall-clock end of the block when answering 429
+    announced_at: float | None = None  # when inside: wall-clock time the block's first 429 left
 
 
 class ThrottleGate:
@@ -117,6 +121,7 @@ class ThrottleGate:
         self._until: float | None = None  # monotonic end of the current block
         self._until_wall = 0.0  # the same end on the wall clock, for the byte log
         self._announced: float | None = None  # monotonic time its first 429 was sent
+        self._announced_wall = 0.0
         self._block = 0
 
     def admit(self, day: int, arrived: float) -> _Admission:
@@ -126,6 +131,7 @@ class ThrottleGate:
             inside = (
                 self._announced is not None and self._until is not None and self._announced <= arrived < self._until
             )
+            announced_at = self._announced_wall if inside else None
             if day != self._day:
                 self._day, self._served = day, 0
             if self._until is not None and now >= self._until:
@@ -134,17 +140,18 @@ class ThrottleGate:
             if self._until is None:
                 if self._served < self.throttle.quota:
                     self._served += 1
-                    return _Admission(None, self._block, inside, None)
+                    return _Admission(None, self._block, inside, None, announced_at)
                 self._until = now + self.throttle.retry_after
                 self._until_wall = time.time() + self.throttle.retry_after
                 self._block += 1
-            return _Admission(self._until - now, self._block, inside, self._until_wall)
+            return _Admission(self._until - now, self._block, inside, self._until_wall, announced_at)
 
-    def announced(self, block: int, at: float) -> None:
-        """The first ``429`` of *block* left the server at monotonic time *at*."""
+    def announced(self, block: int, at: float, wall: float | None = None) -> None:
+        """The first ``429`` of *block* left the server at monotonic time *at* (wall clock *wall*)."""
         with self._lock:
             if block == self._block and self._until is not None and self._announced is None:
                 self._announced = at
+                self._announced_wall = time.time() if wall is None else wall
 
 
 def parse_throttle_spec(spec: str) -> tuple[int, Throttle]:
@@ -414,11 +421,12 @@ def make_handler(
                             "time": arrived,
                             "inside_block": admission is not None and admission.inside_block,
                             "blocked_until": None if admission is None else admission.blocked_until,
+                            "announced_at": None if admission is None else admission.announced_at,
                         }
                     )
                 self.wfile.release()
                 if gate is not None and self._admission is not None and self._admission.wait is not None:
-                    gate.announced(self._admission.block, time.monotonic())
+                    gate.announced(self._admission.block, time.monotonic(), time.time())
 
         def parse_request(self) -> bool:
             # The request line is in: the request has arrived (a keep-alive wait is not part of it).
