@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from scrapy_costsched.settings import DEFAULTS, billed_statuses
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+
+DEFAULT_BILLED = frozenset(range(200, 400))
 
 
 @runtime_checkable
@@ -25,7 +30,8 @@ class BillingModel(Protocol):
     ``attempt_cost`` is what one download attempt actually cost: *status* is the
     HTTP status, or ``None`` when the attempt failed without a response; *size* is
     the bytes it moved (:mod:`~scrapy_costsched.metering`: request and response,
-    headers included, body as transferred).
+    headers included, body as transferred, plus ``COSTSCHED_REQUEST_OVERHEAD``; a
+    rendered page's times ``COSTSCHED_RENDER_FACTOR``).
     """
 
     unit: str
@@ -54,14 +60,23 @@ class RequestsBilling:
 class CreditsBilling(RequestsBilling):
     """A scraping API: a successful response costs one credit; failures and target errors are free.
 
-    As in the seed article's Web Scraping API example, rendering does not change the
-    price, so the expected cost of a visit is one credit.
+    Which statuses are paid for is ``COSTSCHED_BILLED_STATUSES`` (default 200-399; some
+    APIs also bill a 404 or not a 304). As in the seed article's Web Scraping API
+    example, rendering does not change the price, so a visit is planned at one credit.
     """
 
     unit = "credits"
 
+    def __init__(self, billed: frozenset[int] = DEFAULT_BILLED) -> None:
+        self.billed = billed
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        name = "COSTSCHED_BILLED_STATUSES"
+        return cls(billed_statuses(crawler.settings.get(name, DEFAULTS[name])))
+
     def attempt_cost(self, status: int | None, size: int) -> float:
-        return 1.0 if status is not None and status < 400 else 0.0
+        return 1.0 if status in self.billed else 0.0
 
 
 class BandwidthBilling(RequestsBilling):

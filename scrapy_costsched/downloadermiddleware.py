@@ -18,6 +18,12 @@ validator no response ever carried, which an honest host answers in full and a
 host that answers 304 to anything answers 304 (then the page is fetched again at
 once, without validators).
 
+A request for a host under a Retry-After pause (:mod:`~.slots`, set by the
+tracker as the 429 or 503 arrives) that reaches a download slot holds the slot
+until the pause ends. RetryMiddleware's retries come back through the
+scheduler, which keeps them out of the downloader until then. With
+``COSTSCHED_MAXSIZE`` it sets ``download_maxsize`` by page type.
+
 It also settles what never reached a download handler: a request refused by
 robots.txt or offsite rules, answered by the HTTP cache or by another
 middleware, costs nothing and releases its budget reservation at once (cached
@@ -41,6 +47,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
+from scrapy_costsched.slots import HostPaused
 from scrapy_costsched.tracker import Tracker
 from scrapy_costsched.visits import (
     DELIVER_META,
@@ -88,7 +95,17 @@ class ConditionalRequestMiddleware:
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
         self._check_robots(request)
+        blocked = self.tracker.blocked_for(request)
+        if blocked > self.tracker.config.block_wait:
+            raise HostPaused(f"{request.url}: its host asked for a pause of {blocked:.0f} s more")
+        if blocked > 0:  # a request that reaches a slot nobody held, e.g. one created since the pause began
+            self.tracker.hold_slot(request, blocked)
         self._add_validators(request)
+        if self.tracker.config.max_sizes and "download_maxsize" not in request.meta:
+            page = self.tracker.page(request.meta.get(PAGE_META) or "")
+            if page is not None and page.page_type in self.tracker.config.max_sizes:
+                request.meta["download_maxsize"] = self.tracker.config.max_sizes[page.page_type]
+
 
     def _check_robots(self, request: Request) -> None:
         robots = self._robots_middleware()
@@ -156,4 +173,4 @@ class ConditionalRequestMiddleware:
         return refetch
 
     def process_exception(self, request: Request, exception: Exception, spider: Spider | None = None) -> None:
-        self.tracker.settle(request)
+        self.tracker.settle(request, exception=exception)

@@ -163,3 +163,24 @@ def _show(value: object) -> str:
     """A hostile value's repr, cut short for logs."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def parse_retry_after(value: bytes | str | None, now: float) -> float | None:
+    """Seconds a ``Retry-After`` asks to wait from *now* (epoch seconds: the server's ``Date``, as clocks
+    differ, else the local clock); None when absent.
+
+    RFC 9110 section 10.2.3: delay-seconds (a non-negative integer) or an HTTP-date; a date
+    in the past means no wait (0). InvalidHeader("retry_after_malformed") otherwise. The
+    caller caps absurd values.
+    """
+    if value is None:
+        return None
+    text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+    if text.isdigit() and text.isascii():
+        return float(int(text[:12]))  # 12 digits are 30,000 years: capped by the caller either way
+    try:
+        when = parse_http_date(text)
+    except InvalidHeader:
+        raise InvalidHeader("retry_after_malformed", f"not delay-seconds or an HTTP date: {_show(text)}") from None
+    assert when is not None
+    return max(when - now, 0.0)

@@ -1,10 +1,12 @@
-"""Per-host state: what each host's validators have earned, which to send, and what its visits cost in bytes.
+"""Per-host state: what each host's validators have earned, which to send, what its visits cost in bytes,
+and how healthy it is.
 
 Kept in the state's meta and saved at every safe point: ``last_modified_trust``
 (audits of each host's Last-Modified dates), ``host_validators`` (its ETag
-audits, its 304 answers, how often it sends each validator) and ``host_bytes``
-(the mean bytes of a full fetch and of a 304 per host and page type). An
-unreadable entry restarts that host's learning only.
+audits, its 304 answers, how often it sends each validator), ``host_bytes``
+(the mean bytes of a full fetch and of a 304 per host and page type) and
+``host_health`` (recent attempts, failures, latency, Retry-After block;
+:mod:`~.model.health`). An unreadable entry restarts that host's learning only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.headers import format_http_date
+from scrapy_costsched.model.health import HostHealth
 from scrapy_costsched.model.trust import SignalTrust
 from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
 from scrapy_costsched.pages import MeanBytes
@@ -38,6 +41,7 @@ class HostBook:
         for host, validators in self.validators.items():
             validators.last_modified = self.last_modified_trust(host)  # one object, audited by the learner
         self.bytes: dict[str, MeanBytes] = self._load("host_bytes", MeanBytes.from_json)
+        self.health: dict[str, HostHealth] = self._load("host_health", HostHealth.from_json)
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
 
     def _load(self, name: str, parse: Any) -> dict[str, Any]:
@@ -98,8 +102,36 @@ class HostBook:
         count = sum(m.count for m in means)
         return sum(m.mean * m.count for m in means) / count if count else None
 
-    def report(self) -> None:
-        """Each host's verdicts and 304 share (of its answers ever) into the stats (``costsched/hosts/<host>/…``)."""
+    def health_of(self, host: str) -> HostHealth:
+        health = self.health.get(host)
+        if health is None:
+            health = self.health[host] = HostHealth()
+        return health
+
+    def attempt(self, host: str, outcome: str, today: float, size: float, latency: float | None) -> None:
+        """One attempt at *host* came to *outcome* (:data:`~.model.health.OUTCOMES`)."""
+        self.health_of(host).observe(outcome, today, size, latency)
+        if outcome != "ok":
+            self.stats.inc_value(f"costsched/hosts/{host}/failures/{outcome}")
+
+    def block(self, host: str, until: float) -> bool:
+        """*host* asked for no request before epoch second *until*; ``True`` if that is a new or longer block."""
+        if not self.health_of(host).block(until):
+            return False
+        self.stats.inc_value(f"costsched/hosts/{host}/retry_after")
+        return True
+
+    def blocked_for(self, host: str, now: float) -> float:
+        """Seconds from epoch second *now* before *host* may be sent a request."""
+        health = self.health.get(host)
+        return health.blocked_for(now) if health is not None else 0.0
+
+    def report(self, today: float) -> None:
+        """Each host's verdicts, 304 share (of its answers ever) and health into the stats (``costsched/hosts/<host>/…``)."""
+        for host, health in self.health.items():
+            self.stats.set_value(f"costsched/hosts/{host}/health", round(health.p_success(today), 4))
+            if health.latency is not None:
+                self.stats.set_value(f"costsched/hosts/{host}/latency", round(health.latency, 4))
         for host, validators in self.validators.items():
             for signal, verdict in validators.verdicts().items():
                 self.stats.set_value(f"costsched/hosts/{host}/{signal}", verdict)
@@ -116,3 +148,5 @@ class HostBook:
             self.store.set_meta("host_validators", {host: v.to_json() for host, v in self.validators.items()})
         if self.bytes:
             self.store.set_meta("host_bytes", {group: mean.to_json() for group, mean in self.bytes.items()})
+        if self.health:
+            self.store.set_meta("host_health", {host: health.to_json() for host, health in self.health.items()})

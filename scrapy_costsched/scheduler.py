@@ -9,6 +9,7 @@ import logging
 import math
 import time
 from array import array
+from collections import deque
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider
 from scrapy.extensions.httpcache import DummyPolicy
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
@@ -118,8 +120,8 @@ class PlannedVisitsPass(BaseDupeFilter):
 
 
 class _Ranking:
-    """The ranking, best first, as the plan reads it: each candidate's key, cost and whether its page
-    was never fetched.
+    """The ranking, best first, as the plan reads it: each candidate's key, index, cost and whether its
+    page was never fetched.
 
     Parallel arrays rather than the candidates: a plan ranks every known page, and a few hundred
     thousand live tuples would be scanned by every full garbage collection for the rest of the
@@ -132,6 +134,7 @@ class _Ranking:
 
     def __init__(self) -> None:
         self.keys: tuple[str, ...] = ()
+        self.indices = array("d")
         self.costs = array("d")
         self.never_fetched = bytearray()
         self.rest: list[Candidate] = []
@@ -139,7 +142,9 @@ class _Ranking:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def extend(self, candidates: Sequence[Candidate]) -> None:
+    def extend(self, scored: Sequence[tuple[float, Candidate]]) -> None:
+        self.indices.extend(map(itemgetter(0), scored))
+        candidates = list(map(itemgetter(1), scored))
         self.keys += tuple(map(itemgetter(0), candidates))
         self.costs.extend(map(itemgetter(4), candidates))
         self.never_fetched.extend(map(math.inf.__eq__, map(itemgetter(3), candidates)))
@@ -192,6 +197,8 @@ class CostAwareScheduler(BaseScheduler):
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
         self._deferred: list[str] = []
+        # Requests taken from the wrapped scheduler for a host under a Retry-After block, by host.
+        self._waiting: dict[str, deque[Request]] = {}
         self._frozen = False
         crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
 
@@ -252,10 +259,10 @@ class CostAwareScheduler(BaseScheduler):
             head, rest = rank_head(self.tracker.candidates(now), max(remaining, 0.0), self.config.objective,
                                    cycle=self.cycle)
             ranking = list(map(itemgetter(1), head))
-            del head
             reserve = max(remaining, 0.0) * self.config.reserve_discovery
             planned = self._plan_prefix(ranking, remaining - reserve)
-            self._ranking.extend(ranking)
+            self._ranking.extend(head)
+            del head
             self._ranking.rest = rest
             del ranking, rest
         finally:
@@ -313,13 +320,18 @@ class CostAwareScheduler(BaseScheduler):
         return finished
 
     def __len__(self) -> int:
-        """Requests in the wrapped scheduler plus new URLs waiting for discovery budget (not the plan)."""
-        return len(self.fallback) + len(self._discovery)  # type: ignore[arg-type]
+        """Requests in the wrapped scheduler, new URLs waiting for discovery budget (not the plan) and
+        requests waiting out a Retry-After."""
+        return len(self.fallback) + len(self._discovery) + sum(map(len, self._waiting.values()))  # type: ignore[arg-type]
 
     def has_pending_requests(self) -> bool:
-        """Whether a request is queued, or a planned or new one the budget still pays for."""
-        return self.fallback.has_pending_requests() or (
+        """Whether a request is queued, or waits out a Retry-After this run will see the end of, or a planned
+        or new one the budget still pays for."""
+        return self.fallback.has_pending_requests() or self._waiting_ends_soon() or (
             self.budgeted and (self._next_discovery_fits() or self._next_planned_fits()))
+
+    def _waiting_ends_soon(self) -> bool:
+        return any(self.tracker.blocked_for(queue[0]) <= self.config.block_wait for queue in self._waiting.values())
 
     def _next_discovery_fits(self) -> bool:
         if not self._discovery:
@@ -419,13 +431,36 @@ class CostAwareScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        """The wrapped scheduler's next request; when it runs dry, the next new and planned visits."""
-        request = self.fallback.next_request()
+        """The wrapped scheduler's next request; when it runs dry, the next new and planned visits.
+
+        A request for a host that asked for a pause (Retry-After) waits here until the pause ends,
+        so a blocked host never fills ``CONCURRENT_REQUESTS``: other hosts' requests go meanwhile.
+        """
+        request = self._next_sendable()
         if request is None and self.budgeted and self._top_up():
-            request = self.fallback.next_request()
+            request = self._next_sendable()
         if request is not None and self.budgeted:
             self.tracker.ledger.dispatch(request)
         return request
+
+    def _next_sendable(self) -> Request | None:
+        for host, queue in self._waiting.items():
+            if self.tracker.blocked_for(queue[0]) <= 0:
+                waited = queue.popleft()
+                if not queue:
+                    del self._waiting[host]
+                return waited
+        while (request := self.fallback.next_request()) is not None:
+            wait = self.tracker.blocked_for(request)
+            if wait <= 0:
+                return request
+            if wait > self.config.block_wait:
+                self.tracker.paused(request)
+                continue
+            host = urlparse_cached(request).hostname or ""
+            self._waiting.setdefault(host, deque()).append(request)
+            self.stats.inc_value(f"costsched/hosts/{host}/held")
+        return None
 
     def _top_up(self) -> bool:
         """Move the best new URLs, then the next planned pages, into the wrapped scheduler."""
@@ -446,7 +481,7 @@ class CostAwareScheduler(BaseScheduler):
             self._cursor += 1
             key = self._ranking.keys[position]
             request = self._reissue(key)
-            if request is None:
+            if request is None or self._sank(position, request):
                 continue
             request.priority += REFRESH_PRIORITY_OFFSET
             reason = "discovery" if self._ranking.never_fetched[position] else "refresh"
@@ -455,6 +490,7 @@ class CostAwareScheduler(BaseScheduler):
 
     def _spider_idle(self, spider: Spider) -> None:
         """Leftovers: nothing else will come, so extend the plan over the ranking with what is left."""
+        self._release_waiting()
         if not self.budgeted:
             return
         self._held = 0.0  # the spider yields nothing more on its own
@@ -464,20 +500,43 @@ class CostAwareScheduler(BaseScheduler):
             self._rank_rest()
             deferred = set(self._deferred) - set(self._ranking.keys) - self._dispatched
             extra = self.tracker.candidates(self.tracker.now(), deferred)
-            self._ranking.extend([c for _, c in rank(extra, self.config.objective, cycle=self.cycle)])
+            self._ranking.extend(rank(extra, self.config.objective, cycle=self.cycle))
             self._deferred = []
         self._extend_plan()
         while self._next_planned_fits():
-            key = self._ranking.keys[self._cursor]
+            position = self._cursor
             self._cursor += 1
-            request = self._reissue(key)
-            if request is None:
+            request = self._reissue(self._ranking.keys[position])
+            if request is None or self._sank(position, request):
                 continue
             # Through the engine, so it wakes now rather than at its next heartbeat.
             self.stats.inc_value("costsched/leftover_rounds")
             assert self.crawler.engine is not None
             self.crawler.engine.crawl(request)
             raise DontCloseSpider
+
+    def _release_waiting(self) -> None:
+        """Requests whose host's pause outlasts what this run waits (``COSTSCHED_BLOCK_WAIT``): not sent,
+        their budget back to the period; their pages stay known and are planned again next run."""
+        for host, queue in list(self._waiting.items()):
+            wait = self.tracker.blocked_for(queue[0])
+            if wait <= self.config.block_wait:
+                continue
+            del self._waiting[host]
+            for request in queue:
+                self.tracker.paused(request)
+
+    def _sank(self, position: int, request: Request) -> bool:
+        """Whether the planned visit at *position* fell out of the plan in this run: its host's health raised
+        its cost so far that its index (value × gain / cost) is below the plan's last one."""
+        planned = self._ranking.costs[position]
+        now = self.tracker.cost_now(urlparse_cached(request).hostname or "", planned)
+        if now <= planned or not self._plan_end:
+            return False
+        if self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end - 1]:
+            return False
+        self.stats.inc_value("costsched/skipped/unhealthy")
+        return True
 
     def _reissue(self, key: str) -> Request | None:
         """A planned page's request from its template; ``None`` when only the spider can yield it."""
@@ -509,6 +568,6 @@ class CostAwareScheduler(BaseScheduler):
         if not rest:
             return False
         self._ranking.rest = []
-        self._ranking.extend([c for _, c in rank(rest, self.config.objective, cycle=self.cycle)])
+        self._ranking.extend(rank(rest, self.config.objective, cycle=self.cycle))
         self.stats.inc_value("costsched/plan/ranked_rest")
         return True

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, Any] = {
     "COSTSCHED_ENABLED": True,
     "COSTSCHED_BILLING": "requests",
+    "COSTSCHED_BILLED_STATUSES": ["200-399"],
+    "COSTSCHED_BLOCK_WAIT": "60s",
     "COSTSCHED_BUDGET": None,
     "COSTSCHED_BUDGET_PERIOD": "1d",
     "COSTSCHED_CLOCK": "time.time",
@@ -35,10 +37,15 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_DROP_UNCHANGED": False,
     "COSTSCHED_FALLBACK_SCHEDULER": "scrapy.core.scheduler.Scheduler",
     "COSTSCHED_HASH_FIELDS": {},
+    "COSTSCHED_HEALTH": True,
     "COSTSCHED_HISTORY_HALF_LIFE": "180d",
     "COSTSCHED_IGNORE_FIELDS": {},
     "COSTSCHED_ITEM_KEY": None,
+    "COSTSCHED_MAX_RETRY_AFTER": "1h",
+    "COSTSCHED_MAXSIZE": {},
     "COSTSCHED_OBJECTIVE": "freshness",
+    "COSTSCHED_RENDER_FACTOR": 10.0,
+    "COSTSCHED_REQUEST_OVERHEAD": 0,
     "COSTSCHED_RESERVE_DISCOVERY": 0.1,
     "COSTSCHED_STATE": None,
     "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
@@ -204,6 +211,65 @@ def _fraction(settings: BaseSettings, name: str, *, up_to_one: bool = False) -> 
     return number
 
 
+def billed_statuses(value: Any) -> frozenset[int]:
+    """``COSTSCHED_BILLED_STATUSES``: HTTP statuses and ranges (``[200, "300-399", 404]``) a credit is paid for."""
+    name, accepted = "COSTSCHED_BILLED_STATUSES", 'a list of HTTP statuses and ranges such as [200, "300-399", 404]'
+    value = _maybe_json(value)
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        raise _invalid(name, value, accepted)
+    statuses: set[int] = set()
+    for entry in value:
+        match = re.fullmatch(r"\s*(\d{3})\s*(?:-\s*(\d{3})\s*)?", str(entry)) if not isinstance(entry, bool) else None
+        if match is None:
+            raise _invalid(name, value, accepted)
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if not 100 <= low <= high <= 599:
+            raise _invalid(name, value, accepted)
+        statuses.update(range(low, high + 1))
+    return frozenset(statuses)
+
+
+def _byte_size(name: str, value: Any, *, zero: bool = False) -> float:
+    """A number of bytes: a number or a string with a unit (``"1.5kB"``, ``"10MB"``)."""
+    accepted = ('a number of bytes' + (' (0 or more)' if zero else ' above 0')
+                + ' or a string like "600B", "2kB", "10MB"')
+    if isinstance(value, bool):
+        raise _invalid(name, value, accepted)
+    if isinstance(value, (int, float)):
+        size = float(value)
+    elif isinstance(value, str) and (match := _QUANTITY.match(value)) \
+            and (unit := match.group(2).lower() or "b") in _BYTE_UNITS:
+        size = float(match.group(1)) * _BYTE_UNITS[unit]
+    else:
+        raise _invalid(name, value, accepted)
+    if not math.isfinite(size) or size < 0 or (size == 0 and not zero):
+        raise _invalid(name, value, accepted)
+    return size
+
+
+def _max_sizes(value: Any) -> dict[str, int]:
+    """``COSTSCHED_MAXSIZE``: the largest response each page type may download (``{"product": "2MB"}``)."""
+    name, accepted = "COSTSCHED_MAXSIZE", 'a dict mapping page types to sizes, such as {"product": "2MB"}'
+    value = _maybe_json(value)
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise _invalid(name, value, accepted)
+    return {page_type: int(_byte_size(name, size)) for page_type, size in value.items()}
+
+
+def _factor(settings: BaseSettings, name: str) -> float:
+    """A number of 1 or more."""
+    value = settings.get(name, DEFAULTS[name])
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _invalid(name, value, "a number of 1 or more") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number < 1:
+        raise _invalid(name, value, "a number of 1 or more")
+    return number
+
+
 def _clock(value: Any) -> Callable[[], float]:
     name, accepted = "COSTSCHED_CLOCK", "a dotted path to a zero-argument callable returning epoch seconds"
     try:
@@ -255,6 +321,13 @@ class Config:
     conditional: bool = True
     deliver_not_modified: bool = False
     verify_share: float = 0.1
+    health: bool = True
+    max_retry_after: float = 3600.0
+    block_wait: float = 60.0
+    request_overhead: float = 0.0
+    render_factor: float = 10.0
+    max_sizes: dict[str, int] = field(default_factory=dict)
+    billed_statuses: frozenset[int] = frozenset(range(200, 400))
 
     @property
     def shadow(self) -> bool:
@@ -320,6 +393,13 @@ class Config:
             conditional=get_bool(settings, "COSTSCHED_CONDITIONAL"),
             deliver_not_modified=get_bool(settings, "COSTSCHED_DELIVER_NOT_MODIFIED"),
             verify_share=_fraction(settings, "COSTSCHED_VERIFY_SHARE", up_to_one=True),
+            health=get_bool(settings, "COSTSCHED_HEALTH"),
+            max_retry_after=parse_duration("COSTSCHED_MAX_RETRY_AFTER", get("COSTSCHED_MAX_RETRY_AFTER")),
+            block_wait=parse_duration("COSTSCHED_BLOCK_WAIT", get("COSTSCHED_BLOCK_WAIT")),
+            request_overhead=_byte_size("COSTSCHED_REQUEST_OVERHEAD", get("COSTSCHED_REQUEST_OVERHEAD"), zero=True),
+            render_factor=_factor(settings, "COSTSCHED_RENDER_FACTOR"),
+            max_sizes=_max_sizes(get("COSTSCHED_MAXSIZE")),
+            billed_statuses=billed_statuses(get("COSTSCHED_BILLED_STATUSES")),
         )
 
 

@@ -25,19 +25,21 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.errors import stop_crawl
-from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified
+from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
+from scrapy_costsched.model.health import outcome_of, visit_cost
 from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
+from scrapy_costsched.slots import HostPaused, SlotHolds
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
 from scrapy_costsched.visits import (
     NOT_MODIFIED_META,
@@ -107,6 +109,9 @@ class Tracker:
         self._closing: Deferred[None] | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
+        self._started: dict[int, float] = {}  # id(request) -> when a download handler took it (monotonic)
+        self._planned_failures: dict[str, float] = {}  # host -> failed attempts a success was priced with
+        self._paused_hosts: set[str] = set()  # hosts whose visits a long Retry-After kept out of this run
         self._revalidated: set[int] = set()  # requests whose cached copy the server confirmed (HTTP cache)
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
@@ -117,6 +122,7 @@ class Tracker:
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
         self.volatile = VolatileFields()
+        self.slots = SlotHolds(crawler)
         for handler, signal in (
             (self._spider_opened, signals.spider_opened),
             (self._spider_closed, signals.spider_closed),
@@ -240,7 +246,7 @@ class Tracker:
         if unsent:
             self.stats.set_value("costsched/unsent_at_close", unsent)
         self.ledger.close()
-        self.hosts.report()
+        self.hosts.report(self.now() / DAY)
         self._save()
         self._summarise(reason)
         if not _reactor_running():
@@ -508,12 +514,68 @@ class Tracker:
         if full is None:
             full = self.hosts.mean_bytes(None, not_modified=False)  # a kind of page never fetched: the crawl's mean
         cost = self.billing.expected_cost(self.billing.attempt_cost(200, round(full)) if full is not None else None)
-        host = self.hosts.of(group.partition("|")[0])
+        host_name = group.partition("|")[0]
+        host = self.hosts.of(host_name)
         not_modified = self.hosts.mean_bytes(group, not_modified=True)
-        if not_modified is None or not any(host.to_send(True, True, now / DAY)) or not self.config.conditional:
-            return cost, None
-        revalidation = self.billing.attempt_cost(304, round(not_modified))
-        return cost, revalidation if revalidation < cost else None
+        revalidation: float | None = None
+        if not_modified is not None and any(host.to_send(True, True, now / DAY)) and self.config.conditional:
+            revalidation = self.billing.attempt_cost(304, round(not_modified))
+            revalidation = revalidation if revalidation < cost else None
+        failures = self._expected_failures(host_name, now)
+        if not failures:
+            return cost, revalidation
+        failure_cost = self._failure_cost(host_name)
+        return (visit_cost(cost, failure_cost, failures),
+                None if revalidation is None else visit_cost(revalidation, failure_cost, failures))
+
+    def _expected_failures(self, host: str, now: float) -> float:
+        """Failed attempts a success at *host* is expected to take (0 with ``COSTSCHED_HEALTH`` off); the plan's
+        figure is remembered, so :meth:`cost_now` can tell how much a host's visits went up since."""
+        health = self.hosts.health.get(host) if self.config.health else None
+        failures = health.expected_failures(now / DAY) if health is not None else 0.0
+        self._planned_failures.setdefault(host, failures)
+        return failures
+
+    def _failure_cost(self, host: str) -> float:
+        """What one failed attempt at *host* costs, as the billing model bills a 429 of its usual size
+        (bytes under bandwidth, a request under requests, nothing under credits)."""
+        return self.billing.attempt_cost(429, round(self.hosts.health_of(host).failed_size))
+
+    def cost_now(self, host: str, planned: float) -> float:
+        """What a visit of *host* planned at *planned* costs now that its health may have changed in this run."""
+        health = self.hosts.health.get(host) if self.config.health else None
+        if health is None:
+            return planned
+        failure_cost = self._failure_cost(host)
+        success = planned - failure_cost * self._planned_failures.get(host, 0.0)
+        return visit_cost(success, failure_cost, health.expected_failures(self.now() / DAY))
+
+    def blocked_for(self, request: Request) -> float:
+        """Seconds before *request*'s host may be sent anything (its Retry-After); 0 with ``COSTSCHED_HEALTH`` off."""
+        if not self.config.health or self.store is None:
+            return 0.0
+        return self.hosts.blocked_for(urlparse_cached(request).hostname or "", time.time())
+
+    def retry_after(self, request: Request, response: Response) -> float:
+        """*response* asks its host to wait (429 or 503 with ``Retry-After``): the seconds to block it, capped
+        by ``COSTSCHED_MAX_RETRY_AFTER``, or 0 when there is nothing to obey (or health is off)."""
+        if not self.config.health or response.status not in (429, 503) or self.store is None:
+            return 0.0
+        now = time.time()
+        # A date is read against the server's own clock (its Date header) where it gives one: clocks differ.
+        served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
+        seconds = self._header(response, lambda: parse_retry_after(response.headers.get("Retry-After"),
+                                                                   served if served is not None else now))
+        if not seconds:
+            return 0.0
+        if seconds > self.config.max_retry_after:
+            self.stats.inc_value("costsched/retry_after/capped")
+            seconds = self.config.max_retry_after
+        host = urlparse_cached(request).hostname or ""
+        if self.hosts.block(host, now + seconds):
+            logger.info("costsched: %s asked for a pause (%d, Retry-After): nothing goes to it for %.0f s",
+                        host, response.status, seconds)
+        return self.hosts.blocked_for(host, now)
 
     def _hub(self, row: Summary) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each priced as a new URL is."""
@@ -548,6 +610,7 @@ class Tracker:
     def _request_reached_downloader(self, request: Request, spider: Spider) -> None:
         token = request.meta.get(VISIT_META)
         self._downloaded.add(id(request))
+        self._started[id(request)] = time.monotonic()
         if token is None or request.meta.get(SUBREQUEST_META) or token in self._reached:
             return
         self._reached.add(token)  # the visit's first attempt: a visit, counted once whatever retries follow
@@ -555,17 +618,42 @@ class Tracker:
         self.stats.inc_value(f"costsched/visits/{request.meta.get(REASON_META, 'refresh')}")
 
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
+        """Sent before the download slot is freed for the next request: the moment to obey a Retry-After."""
         self._answers[id(request)] = (response.status, response_size(response))
+        pause = self.retry_after(request, response)
+        if pause > 0:
+            self.hold_slot(request, pause)
+
+    def hold_slot(self, request: Request, seconds: float) -> None:
+        """Send nothing more to *request*'s host for *seconds* (:mod:`~.slots`); what waits in its download
+        slot leaves it when this run will not wait that long."""
+        if self.slots.hold(request, seconds, release_queued=seconds > self.config.block_wait):
+            self.stats.inc_value("costsched/retry_after/slot_held")
+
+    def paused(self, request: Request) -> None:
+        """*request* is not sent in this run (its host's pause outlasts ``COSTSCHED_BLOCK_WAIT``): its budget goes
+        back to the period and its page, untouched, is planned again in a later run."""
+        self.ledger.release(request)
+        self._release_robots(request)
+        self.stats.inc_value("costsched/retry_after/released")
+        host = urlparse_cached(request).hostname or ""
+        if host not in self._paused_hosts:
+            self._paused_hosts.add(host)
+            logger.info("costsched: %s asked for a pause of %.0f s more than this run waits (COSTSCHED_BLOCK_WAIT = "
+                        "%g s): its visits are not sent in this run and are planned again in a later one",
+                        host, self.blocked_for(request) - self.config.block_wait, self.config.block_wait)
 
     def _request_left_downloader(self, request: Request, spider: Spider) -> None:
         status, received = self._answers.pop(id(request), (None, 0))
         sent = request_size(request)
+        billed = self._billed_bytes(request, sent + received)
+        self._health(request, status, billed)
         self._release_robots(request)
         validators = request.meta.get(VALIDATORS_META)
         if isinstance(validators, dict) and validators.get("canary") and status != 304:
             # answered in full (judged with the record) or failed: either way no longer in flight
             self.hosts.verification_answered(urlparse_cached(request).hostname or "")
-        self.ledger.charge(request, self.billing.attempt_cost(status, sent + received))
+        self.ledger.charge(request, self.billing.attempt_cost(status, round(billed)))
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)
         self.stats.inc_value("costsched/bytes/received", received)
@@ -574,14 +662,36 @@ class Tracker:
             if status is None and not self.visits.visited(key):
                 self._failed_attempts.add(key)
             elif status is not None and (status == 304 or 200 <= status < 300):
-                self._measured(key, status == 304, sent + received)
+                self._measured(key, status == 304, billed)
         self._update_spend_stats()
 
-    def _measured(self, key: str, not_modified: bool, size: int) -> None:
+    def _billed_bytes(self, request: Request, size: int) -> float:
+        """The bytes an attempt is billed for: those measured on the wire, times ``COSTSCHED_RENDER_FACTOR`` for a
+        rendered page (``costsched_render``: the browser also loads what the page pulls in), plus
+        ``COSTSCHED_REQUEST_OVERHEAD`` for what the crawler cannot see (proxy CONNECT, TLS handshakes)."""
+        if request.meta.get("costsched_render"):
+            size = round(size * self.config.render_factor)
+        if self.config.request_overhead:
+            self.stats.inc_value("costsched/bytes/overhead", round(self.config.request_overhead))
+        return size + self.config.request_overhead
+
+    def _health(self, request: Request, status: int | None, billed: float) -> None:
+        """An attempt's outcome and latency into its host's health; a failure that lasted the whole download
+        timeout was a timeout."""
+        started = self._started.pop(id(request), None)
+        elapsed = time.monotonic() - started if started is not None else None
+        timeout = request.meta.get("download_timeout") or self.crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
+        timed_out = status is None and elapsed is not None and timeout and elapsed >= 0.99 * timeout
+        outcome = outcome_of(status, "timeout" if timed_out else None)
+        host = urlparse_cached(request).hostname or ""
+        self.hosts.attempt(host, outcome, self.now() / DAY, billed, elapsed if status is not None else None)
+
+    def _measured(self, key: str, not_modified: bool, size: float) -> None:
         """A page's answer moved *size* bytes: into its mean and its host and page type's, 304s apart."""
         page = self.page(key)
         if page is None:
             return
+        self.stats.inc_value(f"costsched/bytes/type/{page.page_type}", round(size))
         name = "not_modified_bytes" if not_modified else "full_bytes"
         mean = getattr(page, name) or MeanBytes()
         mean.add(size)
@@ -589,7 +699,7 @@ class Tracker:
         self.hosts.add_bytes(page.group, not_modified, size)
         self.pages.changed(key, page)
 
-    def settle(self, request: Request, response: Response | None = None) -> None:
+    def settle(self, request: Request, response: Response | None = None, exception: Exception | None = None) -> None:
         """*request* is answered (*response*) or failed: settle what a download did not already.
 
         A request no download handler took (robots.txt or offsite rules, the HTTP cache,
@@ -597,6 +707,9 @@ class Tracker:
         page's own request that was refused counts as a failed attempt, so the page
         waits before it is planned again.
         """
+        if isinstance(exception, HostPaused):
+            self.paused(request)
+            return
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))
             if response is not None and "cached" in response.flags:  # the server confirmed the cached copy

@@ -1,22 +1,31 @@
-"""A small loopback site for the scheduler's edge cases: retries, redirects, 404s, a changing page."""
+"""Small loopback sites: the scheduler's edge cases (retries, redirects, 404s, a changing page), a
+forward proxy, and a host that throttles."""
 
 from __future__ import annotations
 
 import gzip
 import http.client
 import threading
+import time
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 
+class _Server(ThreadingHTTPServer):
+    # A crawl opens up to CONCURRENT_REQUESTS connections at once; with the default backlog of 5 the
+    # kernel drops the rest, and the client's SYN is retried a second later.
+    request_queue_size = 64
+
+
 class _LoopbackServer:
     """A threaded HTTP server on 127.0.0.1 and a free port, serving on a daemon thread."""
 
-    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def _serve(self, handler: type[BaseHTTPRequestHandler], address: str = "127.0.0.1") -> None:
+        self.server = _Server((address, 0), handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"http://{address}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -129,3 +138,63 @@ class ForwardProxy(_LoopbackServer):
                 pass
 
         self._serve(Handler)
+
+
+class ThrottlingSite(_LoopbackServer):
+    """``/p/N`` pages on *address*; with *quota*, after that many page requests the host answers 429 with a
+    ``Retry-After`` of *retry_after* seconds (an HTTP-date with *as_date*) to every page request until the
+    pause is over, then serves *quota* more. ``/robots.txt`` is always served. *log* keeps each page
+    request as (arrival time, path, status, whether it arrived inside a pause the host had announced)."""
+
+    def __init__(self, address: str = "127.0.0.1", quota: int | None = None, retry_after: float = 2.0,
+                 as_date: bool = False) -> None:
+        self.quota = quota
+        self.retry_after = retry_after
+        self.as_date = as_date
+        self.announce: str | None = None  # a Retry-After to send instead of the true pause
+        self.version = 0
+        self.log: list[tuple[float, str, int, bool]] = []
+        self._served = 0
+        self._paused_until = 0.0
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/robots.txt":
+                    self._send(200, b"User-agent: *\nAllow: /\n", {})
+                    return
+                now = time.time()
+                with site._lock:
+                    inside = now < site._paused_until
+                    if not inside and site.quota is not None and site._served >= site.quota:
+                        site._paused_until, site._served = now + site.retry_after, 0
+                    throttled = now < site._paused_until
+                    site._served += not throttled
+                    site.log.append((now, self.path, 429 if throttled else 200, inside))
+                    pause_end = site._paused_until
+                if throttled:
+                    wait = site.announce or (formatdate(pause_end + 1, usegmt=True) if site.as_date
+                                             else str(max(1, round(pause_end - now + 0.5))))
+                    self._send(429, b"slow down", {"Retry-After": wait})
+                    return
+                body = f"<html><h1>{self.path} v{site.version}</h1>{'<p>text</p>' * 100}</html>".encode()
+                self._send(200, body, {"Content-Type": "text/html"})
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._serve(Handler, address)
+
+    @property
+    def inside_pause(self) -> int:
+        """Page requests that arrived while a pause this host announced was running."""
+        return sum(inside for *_, inside in self.log)

@@ -15,6 +15,7 @@ from scrapy_costsched.headers import (
     parse_etag,
     parse_http_date,
     parse_last_modified,
+    parse_retry_after,
 )
 
 if TYPE_CHECKING:
@@ -308,3 +309,27 @@ def test_last_modified_future_rule(modified: int, served: int | None, skew: floa
         assert kind_of(lambda: parse_last_modified(value, served, skew=skew)) == "last_modified_future"
     else:
         assert parse_last_modified(value, served, skew=skew) == modified
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after(None, SUNDAY) is None
+    assert parse_retry_after(b"120", SUNDAY) == 120.0
+    assert parse_retry_after(" 0 ", SUNDAY) == 0.0
+    assert parse_retry_after(format_http_date(SUNDAY + 90), SUNDAY) == 90.0
+    assert parse_retry_after(format_http_date(SUNDAY - 90), SUNDAY) == 0.0  # a date past: no wait
+    for junk in (b"-5", b"1.5", b"soon", b"", "\u0663"):  # Arabic-Indic three is a digit, not delay-seconds
+        with pytest.raises(InvalidHeader) as info:
+            parse_retry_after(junk, SUNDAY)
+        assert info.value.kind == "retry_after_malformed"
+
+
+@given(st.one_of(st.binary(max_size=80), st.text(max_size=80)))
+@settings(max_examples=300, deadline=None)
+def test_parse_retry_after_raises_only_invalid_header(value: bytes | str) -> None:
+    try:
+        seconds = parse_retry_after(value, SUNDAY)
+    except InvalidHeader:
+        return
+    assert seconds is not None
+    assert math.isfinite(seconds)
+    assert seconds >= 0

@@ -78,6 +78,16 @@ def test_durations(value: object, seconds: float) -> None:
     ("COSTSCHED_CLOCK", "os.getcwd", "COSTSCHED_CLOCK"),
     ("COSTSCHED_COMMIT_EVERY", 0, "COSTSCHED_COMMIT_EVERY"),
     ("COSTSCHED_STATE", "redis://localhost", "COSTSCHED_STATE"),
+    ("COSTSCHED_BILLED_STATUSES", ["2xx"], "COSTSCHED_BILLED_STATUSES"),
+    ("COSTSCHED_BILLED_STATUSES", ["399-200"], "COSTSCHED_BILLED_STATUSES"),
+    ("COSTSCHED_BILLED_STATUSES", {"a": 1}, "COSTSCHED_BILLED_STATUSES"),
+    ("COSTSCHED_REQUEST_OVERHEAD", -1, "COSTSCHED_REQUEST_OVERHEAD"),
+    ("COSTSCHED_REQUEST_OVERHEAD", "2 parsecs", "COSTSCHED_REQUEST_OVERHEAD"),
+    ("COSTSCHED_RENDER_FACTOR", 0.5, "COSTSCHED_RENDER_FACTOR"),
+    ("COSTSCHED_MAXSIZE", {"product": 0}, "COSTSCHED_MAXSIZE"),
+    ("COSTSCHED_MAXSIZE", ["product"], "COSTSCHED_MAXSIZE"),
+    ("COSTSCHED_MAX_RETRY_AFTER", -5, "COSTSCHED_MAX_RETRY_AFTER"),
+    ("COSTSCHED_BLOCK_WAIT", "soon", "COSTSCHED_BLOCK_WAIT"),
 ])
 def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: str) -> None:
     with pytest.raises(SettingError, match=match) as info:
@@ -87,7 +97,7 @@ def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: 
 
 def test_the_boolean_settings_are_known() -> None:
     assert BOOLEAN_SETTINGS == ["COSTSCHED_CONDITIONAL", "COSTSCHED_DELIVER_NOT_MODIFIED", "COSTSCHED_DROP_UNCHANGED",
-                                "COSTSCHED_ENABLED"]
+                                "COSTSCHED_ENABLED", "COSTSCHED_HEALTH"]
 
 
 @pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
@@ -149,3 +159,16 @@ def test_a_bad_setting_stops_the_crawl_with_one_line_and_no_traceback(
 
 def test_bandwidth_billing_takes_a_budget_in_bytes() -> None:
     assert config(COSTSCHED_BILLING="bandwidth", COSTSCHED_BUDGET="500MB").budget == Budget(5e8, "bytes")
+
+
+def test_billed_statuses_read_numbers_and_ranges() -> None:
+    assert config(COSTSCHED_BILLED_STATUSES=[200, "300-302", "404"]).billed_statuses == {200, 300, 301, 302, 404}
+    assert config(COSTSCHED_BILLED_STATUSES='["200-299"]').billed_statuses == set(range(200, 300))  # -s on the CLI
+    assert config().billed_statuses == set(range(200, 400))
+
+
+def test_byte_sizes_take_units() -> None:
+    settings = config(COSTSCHED_REQUEST_OVERHEAD="1.5kB", COSTSCHED_MAXSIZE={"product": "2MiB", "hub": 5000})
+    assert settings.request_overhead == 1500.0
+    assert settings.max_sizes == {"product": 2 * 1024**2, "hub": 5000}
+    assert config(COSTSCHED_REQUEST_OVERHEAD=0).request_overhead == 0.0

@@ -172,6 +172,12 @@ def _too_many_requests() -> bytes:
     return _html("Too many requests", "<h1>Too many requests</h1>\n<p>Come back after Retry-After.</p>").encode()
 
 
+class _Server(ThreadingHTTPServer):
+    # A crawl opens up to CONCURRENT_REQUESTS connections at once; with the default listen backlog of 5
+    # the kernel drops the rest and the client retries a second later, long after it sent the request.
+    request_queue_size = 64
+
+
 class _Page:
     """A rendered response: status, body, the validators that describe it, and its true version."""
 
@@ -591,7 +597,7 @@ class SiteServer:
             for i, (mode, dates) in enumerate(specs):
                 gate = self.throttles.get(i)
                 handler = make_handler(catalog, now, dates, mode, self.host_map, i, self.byte_log, gate)
-                server = ThreadingHTTPServer((host_address(i), port), handler)
+                server = _Server((host_address(i), port), handler)
                 server.daemon_threads = True
                 self.servers.append(server)
                 self.host_map.urls[i] = f"http://{host_address(i)}:{server.server_address[1]}"
@@ -676,7 +682,7 @@ class SiteServer:
 
 def make_server(catalog: Catalog, port: int = 0, last_modified: str = "honest") -> ThreadingHTTPServer:
     """A loopback-only threaded server for *catalog*, one honest host (port 0 picks a free port)."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(catalog, last_modified=last_modified))
+    server = _Server(("127.0.0.1", port), make_handler(catalog, last_modified=last_modified))
     server.daemon_threads = True
     return server
 
