@@ -125,10 +125,13 @@ def read_state(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def start_site(tmp: Path, last_modified: str = "honest", hosts: tuple[str, ...] = ("honour",),
-               byte_log: Path | None = None, **catalog_args: Any) -> tuple[DemoSite, Any]:
-    """The demo shop on loopback: one honest host, or one host per validator mode of *hosts*."""
+               byte_log: Path | None = None, throttle: dict[int, Any] | None = None,
+               **catalog_args: Any) -> tuple[DemoSite, Any]:
+    """The demo shop on loopback: one honest host, or one host per validator mode of *hosts* (those of
+    *throttle*'s indexes throttling, :class:`demo_site.server.Throttle`)."""
     catalog = Catalog.generate(**catalog_args)
-    server, url = serve_in_thread(catalog, last_modified=last_modified, hosts=hosts, byte_log=byte_log)
+    server, url = serve_in_thread(catalog, last_modified=last_modified, hosts=hosts, byte_log=byte_log,
+                                  throttle=throttle)
     site = DemoSite(catalog, url, tmp / "clock")
     site.set_time(site.day(0))
     return site, server

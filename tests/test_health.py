@@ -12,12 +12,20 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, crawl, start_site
 from tests.mockserver import ThrottlingSite
+
+from demo_site.catalog import DAY as DAY_SECONDS  # isort: skip  (example_project is on the path via tests.helpers)
+from demo_shop.settings import COSTSCHED_VALUE_TIERS  # isort: skip
+from demo_site.evaluate import Dataset, freshness  # isort: skip
+from demo_site.server import Throttle  # isort: skip
+from demo_site.wire import read_byte_log  # isort: skip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -157,3 +165,81 @@ def test_the_ledger_overspends_by_no_more_than_the_requests_in_flight(
     assert 0 < second["costsched/period_spent_at_start"] == first["costsched/period_spent"] < amount
     assert second.get("costsched/skipped/budget", 0) + second.get("costsched/skipped/discovery_deferred", 0) > 0
     assert amount - attempt_cost <= second["costsched/period_spent"] <= amount + in_flight
+
+
+# -- several days of the demo shop, one of its hosts throttling: health feedback on and off -----------------
+
+SHOP_HOSTS = ("honour", "honour", "none", "honour")
+THROTTLED = 3  # 127.0.0.4: 429 + Retry-After once it has served its quota of the simulated day
+SHOP_DAYS = 5
+#: Of the bytes a full crawl moves on day 1.
+SHOP_BUDGET_SHARE = 0.5
+
+
+@pytest.fixture(scope="module")
+def shop_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The same budget a day, health feedback on and off, scored against the site's truth; server logs per day."""
+    tmp = tmp_path_factory.mktemp("shop")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp / "clock"))
+    byte_log = tmp / "bytes.jsonl"
+    site, server = start_site(tmp, hosts=SHOP_HOSTS, byte_log=byte_log, products=120, categories=4, seed=5,
+                              horizon_days=SHOP_DAYS + 3, throttle={THROTTLED: Throttle(quota=8, retry_after=2.0)})
+    try:
+        # The budget: a share of what plain Scrapy's full crawl moves on day 1.
+        site.set_time(site.day(1))
+        full = crawl(site, tmp / "full", settings={"COSTSCHED_ENABLED": False, "DOWNLOAD_DELAY": 0.05})
+        assert full.returncode == 0, full.log[-3000:]
+        entries, offset = read_byte_log(byte_log, 0)
+        budget = round(SHOP_BUDGET_SHARE * sum(e["sent"] + e["received"] for e in entries))
+        time.sleep(max([e["blocked_until"] - time.time() for e in entries if e.get("blocked_until")] + [0.0]))
+        runs: dict[str, Any] = {}
+        for name, health in (("on", True), ("off", False)):
+            dataset, days = Dataset(), []
+            for day in range(1, SHOP_DAYS + 1):
+                t = site.day(day)
+                site.set_time(t)
+                result = crawl(site, tmp / name, budget=budget, tag=f"day{day}",
+                               settings={"COSTSCHED_BILLING": "bandwidth", "COSTSCHED_HEALTH": health,
+                                         "DOWNLOAD_DELAY": 0.05})
+                assert result.returncode == 0, result.log[-3000:]
+                entries, offset = read_byte_log(byte_log, offset)
+                # The next crawl starts once this one's pause is over: a pause must not fall on another run.
+                pause_end = max((e["blocked_until"] for e in entries if e.get("blocked_until")), default=0.0)
+                time.sleep(max(pause_end - time.time(), 0.0))
+                dataset.update(site.catalog, result.items, t)
+                days.append({"stats": result.stats, "log": entries, "freshness": freshness(
+                    site.catalog, dataset, t, t + DAY_SECONDS, COSTSCHED_VALUE_TIERS).weighted})
+            runs[name] = days
+        runs["throttled_host"] = urlparse(server.urls[THROTTLED]).hostname
+        yield runs
+    finally:
+        server.shutdown()
+        mp.undo()
+
+
+def test_bandwidth_billing_is_within_two_percent_of_the_servers_bytes(shop_runs: dict[str, Any]) -> None:
+    for name in ("on", "off"):
+        for day in shop_runs[name]:
+            server_bytes = sum(e["sent"] + e["received"] for e in day["log"])  # 429s and robots.txt included
+            assert sum(e["status"] == 429 for e in day["log"]) or name == "on"
+            billed = day["stats"]["costsched/spent"]
+            assert abs(billed - server_bytes) <= 0.02 * server_bytes, (name, billed, server_bytes)
+            print(f"\nhealth {name}: billed {billed:.0f} B, server {server_bytes} B "
+                  f"({(billed - server_bytes) / server_bytes:+.3%})", end="")
+
+
+def test_health_feedback_obeys_retry_after_and_buys_freshness_elsewhere(shop_runs: dict[str, Any]) -> None:
+    host = shop_runs["throttled_host"]
+    on, off = shop_runs["on"], shop_runs["off"]
+    inside_on = sum(e.get("inside_block", False) for d in on for e in d["log"])
+    inside_off = sum(e.get("inside_block", False) for d in off for e in d["log"])
+    assert inside_on == 0
+    assert inside_off > 0
+    assert any(d["stats"].get(f"costsched/hosts/{host}/retry_after") for d in on)
+    # Day 1 is the same discovery in both; from then on the budget the pauses free goes to other hosts.
+    mean_on = sum(d["freshness"] for d in on[1:]) / (SHOP_DAYS - 1)
+    mean_off = sum(d["freshness"] for d in off[1:]) / (SHOP_DAYS - 1)
+    print(f"\nfreshness days 2..{SHOP_DAYS}: health on {mean_on:.4f}, off {mean_off:.4f}; "
+          f"requests inside Retry-After: on {inside_on}, off {inside_off}")
+    assert mean_on > mean_off
