@@ -11,6 +11,7 @@ that representation leaves out.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from scrapy.utils.httpobj import urlparse_cached
@@ -20,6 +21,7 @@ from twisted.web.http import RESPONSES
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 _CRLF = 2
 
@@ -39,3 +41,14 @@ def response_size(response: Response) -> int:
     status_line = len(b"HTTP/1.1 000 ") + len(RESPONSES.get(response.status, b"")) + _CRLF
     headers = sum(len(name) + 2 + len(value) + _CRLF for name, values in response.headers.items() for value in values)
     return status_line + headers + _CRLF + len(response.body)
+
+
+def compression_gaps(settings: BaseSettings) -> list[str]:
+    """What keeps responses bigger than they need be: HttpCompressionMiddleware off, or the decoders
+    for Brotli and Zstandard missing (Scrapy then offers servers only gzip and deflate)."""
+    if not settings.getbool("COMPRESSION_ENABLED"):
+        return ["COMPRESSION_ENABLED is False, so responses come uncompressed"]
+    missing = [name for name, modules in (("brotli", ("brotli", "brotlicffi")), ("zstandard", ("zstandard",)))
+               if not any(find_spec(module) for module in modules)]
+    return [(f"{' and '.join(missing)} not installed (pip install scrapy-costsched[bandwidth]), so servers are "
+             "offered gzip and deflate only")] if missing else []

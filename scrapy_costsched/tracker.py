@@ -30,7 +30,7 @@ from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
-from scrapy_costsched.metering import request_size, response_size
+from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.health import outcome_of, visit_cost
 from scrapy_costsched.model.scoring import Candidate
@@ -204,6 +204,9 @@ class Tracker:
         else:
             mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.remaining():g} left"
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
+        if self.billing.unit == "bytes":
+            for gap in compression_gaps(self.crawler.settings):
+                logger.warning("costsched: billing by the byte, but %s", gap)
         if self._unstorable:
             self._warn_unstorable(sorted(self._unstorable))
 

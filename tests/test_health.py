@@ -243,3 +243,47 @@ def test_health_feedback_obeys_retry_after_and_buys_freshness_elsewhere(shop_run
     print(f"\nfreshness days 2..{SHOP_DAYS}: health on {mean_on:.4f}, off {mean_off:.4f}; "
           f"requests inside Retry-After: on {inside_on}, off {inside_off}")
     assert mean_on > mean_off
+
+
+def test_under_credits_failures_bill_nothing_and_a_rendered_page_one_credit(
+        throttled: ThrottlingSite, healthy: ThrottlingSite, tmp_path: Path) -> None:
+    stats = crawl_pages(tmp_path, [throttled, healthy], "COSTSCHED_BILLING=credits", "COSTSCHED_BUDGET=1000",
+                        POLITE, render=True, gives_up=True)
+    answered = stats["downloader/response_status_count/200"]  # pages and robots.txt
+    assert stats["downloader/response_status_count/429"] >= 1
+    assert stats["costsched/period_spent"] == answered
+
+
+def test_billed_statuses_under_credits_are_configurable(throttled: ThrottlingSite, healthy: ThrottlingSite,
+                                                        tmp_path: Path) -> None:
+    stats = crawl_pages(tmp_path, [throttled, healthy], "COSTSCHED_BILLING=credits", "COSTSCHED_BUDGET=1000",
+                        'COSTSCHED_BILLED_STATUSES=["200-299", 429]', POLITE, gives_up=True)
+    assert stats["costsched/period_spent"] == (stats["downloader/response_status_count/200"]
+                                               + stats["downloader/response_status_count/429"])
+
+
+def test_under_bandwidth_a_rendered_page_bills_its_bytes_times_the_render_factor(
+        healthy: ThrottlingSite, tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "rendered").mkdir()
+    settings = ("COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=10MB", "COSTSCHED_REQUEST_OVERHEAD=100")
+    plain = crawl_pages(tmp_path / "plain", [healthy], *settings)
+    rendered = crawl_pages(tmp_path / "rendered", [healthy], *settings, "COSTSCHED_RENDER_FACTOR=8", render=True)
+    wire = [run["costsched/bytes/sent"] + run["costsched/bytes/received"] for run in (plain, rendered)]
+    assert wire[0] == wire[1]  # the same requests and answers on the wire
+    requests = plain["downloader/request_count"]
+    assert plain["costsched/period_spent"] == wire[0] + 100 * requests
+    assert plain["costsched/bytes/overhead"] == 100 * requests
+    # robots.txt is fetched as it is, pages as a browser would: 8 times their bytes.
+    pages_wire = plain["costsched/bytes/type/default"] - 100 * PAGES
+    robots_wire = wire[0] - pages_wire
+    assert rendered["costsched/period_spent"] == pytest.approx(8 * pages_wire + robots_wire + 100 * requests,
+                                                               abs=PAGES)  # each attempt's bytes rounded
+
+
+def test_byte_billing_warns_when_responses_could_be_smaller(healthy: ThrottlingSite, tmp_path: Path) -> None:
+    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1MB",
+                        "COMPRESSION_ENABLED=False", pages=2)
+    assert "billing by the byte, but COMPRESSION_ENABLED is False" in stats["_log"]
+    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BUDGET=100", pages=2)
+    assert "billing by the byte" not in stats["_log"]
