@@ -22,6 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
+from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, VISIT_META
@@ -258,6 +259,7 @@ class CostAwareScheduler(BaseScheduler):
             # leftovers rarely need the rest ranked (then _rank_rest does it).
             head, rest = rank_head(self.tracker.candidates(now), max(remaining, 0.0), self.config.objective,
                                    cycle=self.cycle)
+            head = self._within_capacity(head)
             ranking = list(map(itemgetter(1), head))
             reserve = max(remaining, 0.0) * self.config.reserve_discovery
             planned = self._plan_prefix(ranking, remaining - reserve)
@@ -284,6 +286,24 @@ class CostAwareScheduler(BaseScheduler):
         logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
                     "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
                     len(self._ranking), self._discovery_allowance)
+
+    def _within_capacity(self, head: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:
+        """The head of the ranking without the visits its hosts' download slots cannot make in this run
+        (:mod:`~.model.capacity`): their budget goes on down the ranking to other hosts."""
+        capacities: dict[str, int] = {}
+
+        def capacity_of(host: str) -> int:
+            if host not in capacities:
+                capacities[host] = self.tracker.host_capacity(host)
+            return capacities[host]
+
+        kept, left_out = within_capacity(head, lambda pair: self.tracker.host_of(pair[1].key), capacity_of)
+        for host, count in left_out.items():
+            self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
+            logger.info("costsched: %d visits of %s left out of the plan: its download slot can make %d in this run "
+                        "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
+                        count, host, capacities[host])
+        return kept
 
     @staticmethod
     def _plan_prefix(ranking: list[Candidate], budget: float) -> list[Candidate]:

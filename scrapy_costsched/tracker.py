@@ -31,6 +31,7 @@ from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
+from scrapy_costsched.model.capacity import host_capacity
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.health import outcome_of, visit_cost
 from scrapy_costsched.model.scoring import Candidate
@@ -552,6 +553,29 @@ class Tracker:
         failure_cost = self._failure_cost(host)
         success = planned - failure_cost * self._planned_failures.get(host, 0.0)
         return visit_cost(success, failure_cost, health.expected_failures(self.now() / DAY))
+
+    def host_of(self, key: str) -> str | None:
+        """The host of known page *key* as planning indexed it (``None`` if it is not indexed)."""
+        profile = self.pages.profile(key)
+        return profile.group.partition("|")[0] if profile is not None else None
+
+    def host_capacity(self, host: str) -> int:
+        """Visits *host*'s download slot can make in this run (:mod:`~.model.capacity`): its concurrency and
+        delay (``DOWNLOAD_SLOTS``, else ``CONCURRENT_REQUESTS_PER_DOMAIN`` and ``DOWNLOAD_DELAY``, AutoThrottle's
+        start delay if larger) over the run's length (``CLOSESPIDER_TIMEOUT``, else the budget period), less
+        a Retry-After pause the run will not wait out."""
+        settings = self.crawler.settings
+        slot = (settings.getdict("DOWNLOAD_SLOTS") or {}).get(host) or {}
+        delay = float(slot.get("delay", settings.getfloat("DOWNLOAD_DELAY")))
+        if settings.getbool("AUTOTHROTTLE_ENABLED"):
+            delay = max(delay, settings.getfloat("AUTOTHROTTLE_START_DELAY"))
+        concurrency = int(slot.get("concurrency", settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")))
+        run_seconds = settings.getfloat("CLOSESPIDER_TIMEOUT") or self.config.budget_period
+        health = self.hosts.health.get(host) if self.config.health else None
+        if health is not None:
+            pause = health.blocked_for(time.time())
+            run_seconds = 0.0 if pause > self.config.block_wait else run_seconds - pause
+        return host_capacity(run_seconds, concurrency, delay, health.latency if health is not None else None)
 
     def blocked_for(self, request: Request) -> float:
         """Seconds before *request*'s host may be sent anything (its Retry-After); 0 with ``COSTSCHED_HEALTH`` off."""

@@ -143,3 +143,8 @@ NOW = [1_767_225_600.0]
 
 def fake_now() -> float:
     return NOW[0]
+
+
+def fake_tomorrow() -> float:
+    """A day after :func:`fake_now`: what a crawl at :func:`fake_now` saw is due again."""
+    return NOW[0] + 86400.0

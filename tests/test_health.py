@@ -287,3 +287,22 @@ def test_byte_billing_warns_when_responses_could_be_smaller(healthy: ThrottlingS
     assert "billing by the byte, but COMPRESSION_ENABLED is False" in stats["_log"]
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BUDGET=100", pages=2)
     assert "billing by the byte" not in stats["_log"]
+
+
+def test_the_plan_holds_no_more_visits_of_a_host_than_its_download_slot_can_make(tmp_path: Path) -> None:
+    slow, fast = ThrottlingSite("127.0.0.6"), ThrottlingSite("127.0.0.7")
+    try:
+        crawl_pages(tmp_path, [slow, fast], "COSTSCHED_CLOCK=tests.helpers.fake_now")  # shadow mode: learns every page
+        slow.log.clear()
+        fast.log.clear()
+        polite = 'DOWNLOAD_SLOTS={"127.0.0.6": {"delay": 1.0}}'
+        stats = crawl_pages(tmp_path, [slow, fast], "COSTSCHED_BUDGET=30", polite, "CLOSESPIDER_TIMEOUT=4",
+                            "COSTSCHED_CLOCK=tests.helpers.fake_tomorrow")
+    finally:
+        slow.close()
+        fast.close()
+    # Four seconds at one request a second: the slow host's capacity is 4, the rest of the budget goes to the
+    # other host's pages, which an even ranking would have shared with it.
+    assert len(fast.log) == PAGES
+    assert len(slow.log) <= 4
+    assert stats["costsched/hosts/127.0.0.6/over_capacity"] >= PAGES - 4
