@@ -25,7 +25,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
-from scrapy_costsched.visits import PAGE_META, VISIT_META
+from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VISIT_META
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -189,7 +189,7 @@ class CostAwareScheduler(BaseScheduler):
         self._ranking = _Ranking()
         self._cursor = 0
         self._plan_end = 0
-        self._planned: set[str] = set()
+        self._planned: dict[str, int] = {}  # planned page -> its place in the ranking
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
         # Budget held for planned pages only the spider can yield, until it yields them or goes idle.
@@ -274,7 +274,7 @@ class CostAwareScheduler(BaseScheduler):
         planned_cost = sum(c.cost for c in planned)
         self._held = sum(c.cost for c in planned if c.key in self.tracker.yield_only)
         if self.tracker.yield_only:
-            self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned))
+            self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned.keys()))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
         # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - planned_cost, 0.0)
@@ -413,7 +413,7 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.inc_value("costsched/skipped/discovery_deferred")
 
     def _set_plan_end(self, end: int) -> None:
-        self._planned.update(self._ranking.keys[self._plan_end:end])
+        self._planned.update(zip(self._ranking.keys[self._plan_end:end], range(self._plan_end, end), strict=True))
         self._plan_end = end
 
     def _enqueue_attempt(self, request: Request) -> bool:
@@ -471,6 +471,8 @@ class CostAwareScheduler(BaseScheduler):
                     del self._waiting[host]
                 return waited
         while (request := self.fallback.next_request()) is not None:
+            if self._sank(request):
+                continue
             wait = self.tracker.blocked_for(request)
             if wait <= 0:
                 return request
@@ -501,7 +503,7 @@ class CostAwareScheduler(BaseScheduler):
             self._cursor += 1
             key = self._ranking.keys[position]
             request = self._reissue(key)
-            if request is None or self._sank(position, request):
+            if request is None:
                 continue
             request.priority += REFRESH_PRIORITY_OFFSET
             reason = "discovery" if self._ranking.never_fetched[position] else "refresh"
@@ -527,7 +529,7 @@ class CostAwareScheduler(BaseScheduler):
             position = self._cursor
             self._cursor += 1
             request = self._reissue(self._ranking.keys[position])
-            if request is None or self._sank(position, request):
+            if request is None:
                 continue
             # Through the engine, so it wakes now rather than at its next heartbeat.
             self.stats.inc_value("costsched/leftover_rounds")
@@ -546,15 +548,21 @@ class CostAwareScheduler(BaseScheduler):
             for request in queue:
                 self.tracker.paused(request)
 
-    def _sank(self, position: int, request: Request) -> bool:
-        """Whether the planned visit at *position* fell out of the plan in this run: its host's health raised
-        its cost so far that its index (value × gain / cost) is below the plan's last one."""
+    def _sank(self, request: Request) -> bool:
+        """Whether *request*, a planned visit about to leave, fell out of the plan in this run: its host's
+        health raised its cost so far that its index (value × gain / cost) is below the plan's last one.
+        Then it is not sent, and its budget goes on down the ranking (to other hosts' next-best visits)."""
+        if not self.budgeted or request.meta.get(REASON_META) != "refresh" or SUBREQUEST_META in request.meta:
+            return False
+        position = self._planned.get(request.meta.get(PAGE_META, ""))
+        if position is None:
+            return False
         planned = self._ranking.costs[position]
         now = self.tracker.cost_now(urlparse_cached(request).hostname or "", planned)
-        if now <= planned or not self._plan_end:
+        if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[
+                self._plan_end - 1]:
             return False
-        if self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end - 1]:
-            return False
+        self.tracker.ledger.release(request)
         self.stats.inc_value("costsched/skipped/unhealthy")
         return True
 

@@ -143,7 +143,8 @@ class ForwardProxy(_LoopbackServer):
 class ThrottlingSite(_LoopbackServer):
     """``/p/N`` pages on *address*; with *quota*, after that many page requests the host answers 429 with a
     ``Retry-After`` of *retry_after* seconds (an HTTP-date with *as_date*) to every page request until the
-    pause is over, then serves *quota* more. ``/robots.txt`` is always served. *log* keeps each page
+    pause is over, then serves *quota* more; *failing* answers 503 to every page. ``/robots.txt`` is always
+    served. *log* keeps each page
     request as (arrival time, path, status, whether it arrived inside a pause the host had announced)."""
 
     def __init__(self, address: str = "127.0.0.1", quota: int | None = None, retry_after: float = 2.0,
@@ -152,6 +153,7 @@ class ThrottlingSite(_LoopbackServer):
         self.retry_after = retry_after
         self.as_date = as_date
         self.announce: str | None = None  # a Retry-After to send instead of the true pause
+        self.failing = False  # 503 (no Retry-After) to every page request
         self.version = 0
         self.log: list[tuple[float, str, int, bool]] = []
         self._served = 0
@@ -173,6 +175,9 @@ class ThrottlingSite(_LoopbackServer):
                     site._served += not throttled
                     site.log.append((now, self.path, 429 if throttled else 200, inside))
                     pause_end = site._paused_until
+                if site.failing:
+                    self._send(503, b"down", {})
+                    return
                 if throttled:
                     wait = site.announce or (formatdate(pause_end + 1, usegmt=True) if site.as_date
                                              else str(max(1, round(pause_end - now + 0.5))))

@@ -183,7 +183,7 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     head = len(scheduler._ranking)
     assert 20 < head < len(full)
     assert scheduler._ranking.keys == full[:head]
-    assert scheduler._planned == set(full[:scheduler._plan_end])
+    assert scheduler._planned.keys() == set(full[:scheduler._plan_end])
     # The spider yielded the whole head itself; the budget left pays for 20 pages of the rest.
     scheduler._dispatched.update(scheduler._ranking.keys)
     scheduler._extend_plan()
