@@ -26,6 +26,9 @@ _TRANSIENT_META = frozenset({
 
 #: Weight of the newest measurement in a running mean of bytes (the last ~10 visits dominate).
 BYTES_WEIGHT = 0.1
+#: Once the mean is settled, a measurement counts as at most this many times the mean (or at least its
+#: inverse): one huge or empty answer moves the price by a step, a lasting change in a few.
+BYTES_CLIP = 4.0
 
 
 @dataclass
@@ -36,15 +39,24 @@ class MeanBytes:
     count: int = 0
 
     def add(self, size: float) -> None:
-        """Plain mean over the first visits, then a moving one, so a site that changes its pages is followed.
+        """Plain mean over the first visits, then a moving one, so a site that changes its pages is followed;
+        from then on each measurement is clipped to :data:`BYTES_CLIP` times the mean, so an outlier does not
+        set the price.
 
         >>> bytes_ = MeanBytes()
         >>> for size in (100, 300): bytes_.add(size)
         >>> bytes_
         MeanBytes(mean=200.0, count=2)
+        >>> settled = MeanBytes(mean=10_000.0, count=20)
+        >>> settled.add(5_000_000)
+        >>> settled.mean
+        13000.0
         """
         self.count += 1
-        self.mean += (size - self.mean) * max(1.0 / self.count, BYTES_WEIGHT)
+        weight = max(1.0 / self.count, BYTES_WEIGHT)
+        if weight == BYTES_WEIGHT and self.mean > 0:
+            size = min(max(size, self.mean / BYTES_CLIP), self.mean * BYTES_CLIP)
+        self.mean += (size - self.mean) * weight
 
     def to_json(self) -> list[float]:
         return [self.mean, self.count]
