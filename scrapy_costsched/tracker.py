@@ -463,7 +463,7 @@ class Tracker:
         if override is not None:
             return override
         page = self.page(key or meta.get(PAGE_META) or "")
-        return self._group_costs(page.group, self.now())[0] if page is not None else self.billing.expected_cost(None)
+        return self._group_costs(page.group, self.now())[0] if page is not None else self._prior_cost()
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -517,7 +517,8 @@ class Tracker:
         full = self.hosts.mean_bytes(group, not_modified=False)
         if full is None:
             full = self.hosts.mean_bytes(None, not_modified=False)  # a kind of page never fetched: the crawl's mean
-        cost = self.billing.expected_cost(self.billing.attempt_cost(200, round(full)) if full is not None else None)
+        cost = self.billing.expected_cost(self.billing.attempt_cost(200, round(full))) if full is not None \
+            else self._prior_cost()
         host_name = group.partition("|")[0]
         host = self.hosts.of(host_name)
         not_modified = self.hosts.mean_bytes(group, not_modified=True)
@@ -531,6 +532,15 @@ class Tracker:
         failure_cost = self._failure_cost(host_name)
         return (visit_cost(cost, failure_cost, failures),
                 None if revalidation is None else visit_cost(revalidation, failure_cost, failures))
+
+    def _prior_cost(self) -> float:
+        """What a visit is planned at before anything of its kind was measured: the billing model's prior, but
+        under byte billing at most a quarter of the period's budget, so a budget smaller than the prior page
+        (64 kB) still fetches the first pages and learns what they really cost."""
+        prior = self.billing.expected_cost(None)
+        if self.billing.unit == "bytes" and self.config.budget is not None:
+            return min(prior, self.config.budget.amount / 4)
+        return prior
 
     def _expected_failures(self, host: str, now: float) -> float:
         """Failed attempts a success at *host* is expected to take (0 with ``COSTSCHED_HEALTH`` off); the plan's
@@ -615,7 +625,7 @@ class Tracker:
             return None
         host = row.group.partition("|")[0]
         return Discovery(links.rate(), self.resolve_value(self.config.default_value),
-                         self.billing.expected_cost(None), self.prior_rate(group_of(host, "default")), links.cap)
+                         self._prior_cost(), self.prior_rate(group_of(host, "default")), links.cap)
 
     # -- the ledger's signals ----------------------------------------------
 
@@ -632,7 +642,7 @@ class Tracker:
             netloc = urlparse_cached(request).netloc
             if netloc not in self._robots_hosts:
                 self._robots_hosts.add(netloc)
-                self.ledger.reserve(_robots_holder(netloc), self.billing.expected_cost(None))
+                self.ledger.reserve(_robots_holder(netloc), self._prior_cost())
 
     def _request_reached_downloader(self, request: Request, spider: Spider) -> None:
         token = request.meta.get(VISIT_META)

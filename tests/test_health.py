@@ -327,3 +327,12 @@ def test_a_host_that_falls_sick_sinks_within_the_run_and_its_budget_goes_to_the_
     assert len(sick.log) < PAGES // 2
     assert stats["costsched/skipped/unhealthy"] >= 1
     assert stats["costsched/hosts/127.0.0.8/health"] < 0.5
+
+
+def test_a_byte_budget_smaller_than_the_prior_page_still_fetches_and_learns(healthy: ThrottlingSite,
+                                                                           tmp_path: Path) -> None:
+    """Found trying the add-on on a fresh project with a small budget: every new page was planned at the
+    64 kB prior, above the whole budget, so nothing was ever fetched and nothing learned."""
+    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=20kB")
+    assert stats["costsched/visits"] >= 10
+    assert stats["costsched/period_spent"] <= 20_000 + 16 * MAX_ATTEMPT_BYTES
