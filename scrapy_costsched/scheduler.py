@@ -550,17 +550,17 @@ class CostAwareScheduler(BaseScheduler):
 
     def _sank(self, request: Request) -> bool:
         """Whether *request*, a planned visit about to leave, fell out of the plan in this run: its host's
-        health raised its cost so far that its index (value × gain / cost) is below the plan's last one.
-        Then it is not sent, and its budget goes on down the ranking (to other hosts' next-best visits)."""
+        health raised its cost so far that its index (value × gain / cost) is below that of the best visit
+        the plan left out. Then it is not sent, and its budget goes on down the ranking (to other hosts'
+        next-best visits)."""
         if not self.budgeted or request.meta.get(REASON_META) != "refresh" or SUBREQUEST_META in request.meta:
             return False
         position = self._planned.get(request.meta.get(PAGE_META, ""))
-        if position is None:
+        if position is None or self._plan_end >= len(self._ranking):  # nothing ranked to spend it on instead
             return False
         planned = self._ranking.costs[position]
         now = self.tracker.cost_now(urlparse_cached(request).hostname or "", planned)
-        if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[
-                self._plan_end - 1]:
+        if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:
             return False
         self.tracker.ledger.release(request)
         self.stats.inc_value("costsched/skipped/unhealthy")
