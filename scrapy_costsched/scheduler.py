@@ -588,7 +588,28 @@ class CostAwareScheduler(BaseScheduler):
                     break
                 budget -= cost
             end += 1
+        self._sink_sick(self._cursor, end)
         self._set_plan_end(max(self._plan_end, end))
+
+    def _sink_sick(self, start: int, end: int) -> None:
+        """Order the ranking's part from *start* to *end*, not sent yet, by each visit's index at its host's
+        health now: visits of a host that fell sick in this run go after the others (and the budget may
+        run out before them)."""
+        ranking = self._ranking
+        adjusted: list[tuple[float, int]] = []
+        for position in range(start, end):
+            host, planned = self.tracker.host_of(ranking.keys[position]), ranking.costs[position]
+            now = self.tracker.cost_now(host, planned) if host is not None else planned
+            adjusted.append((-ranking.indices[position] * planned / now, position))
+        order = [position for _, position in sorted(adjusted)]
+        if order == list(range(start, end)):
+            return
+        ranking.keys = ranking.keys[:start] + tuple(ranking.keys[p] for p in order) + ranking.keys[end:]
+        ranking.indices[start:end] = array("d", (ranking.indices[p] for p in order))
+        ranking.costs[start:end] = array("d", (ranking.costs[p] for p in order))
+        ranking.never_fetched[start:end] = bytes(ranking.never_fetched[p] for p in order)
+        self._planned.update((key, position) for position, key in enumerate(ranking.keys[start:end], start)
+                             if key in self._planned)
 
     def _rank_rest(self) -> bool:
         """Rank the candidates the plan left below the ranking's head, after it; ``False`` if there are none."""
