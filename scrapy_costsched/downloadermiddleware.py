@@ -95,11 +95,11 @@ class ConditionalRequestMiddleware:
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
         self._check_robots(request)
-        blocked = self.tracker.blocked_for(request)
+        blocked = self.tracker.health.blocked_for(request)
         if blocked > self.tracker.config.block_wait:
             raise HostPaused(f"{request.url}: its host asked for a pause of {blocked:.0f} s more")
         if blocked > 0:  # a request that reaches a slot nobody held, e.g. one created since the pause began
-            self.tracker.hold_slot(request, blocked)
+            self.tracker.health.hold_slot(request, blocked)
         self._add_validators(request)
         if self.tracker.config.max_sizes and "download_maxsize" not in request.meta:
             page = self.tracker.page(request.meta.get(PAGE_META) or "")

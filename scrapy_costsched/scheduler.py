@@ -294,7 +294,7 @@ class CostAwareScheduler(BaseScheduler):
 
         def capacity_of(host: str) -> int:
             if host not in capacities:
-                capacities[host] = self.tracker.host_capacity(host)
+                capacities[host] = self.tracker.health.capacity(host)
             return capacities[host]
 
         kept, left_out = within_capacity(head, lambda pair: self.tracker.host_of(pair[1].key), capacity_of)
@@ -351,7 +351,7 @@ class CostAwareScheduler(BaseScheduler):
             self.budgeted and (self._next_discovery_fits() or self._next_planned_fits()))
 
     def _waiting_ends_soon(self) -> bool:
-        return any(self.tracker.blocked_for(queue[0]) <= self.config.block_wait for queue in self._waiting.values())
+        return any(self.tracker.health.blocked_for(queue[0]) <= self.config.block_wait for queue in self._waiting.values())
 
     def _next_discovery_fits(self) -> bool:
         if not self._discovery:
@@ -464,8 +464,10 @@ class CostAwareScheduler(BaseScheduler):
         return request
 
     def _next_sendable(self) -> Request | None:
+        if not self.config.enabled:
+            return self.fallback.next_request()
         for host, queue in self._waiting.items():
-            if self.tracker.blocked_for(queue[0]) <= 0:
+            if self.tracker.health.blocked_for(queue[0]) <= 0:
                 waited = queue.popleft()
                 if not queue:
                     del self._waiting[host]
@@ -473,7 +475,7 @@ class CostAwareScheduler(BaseScheduler):
         while (request := self.fallback.next_request()) is not None:
             if self._sank(request):
                 continue
-            wait = self.tracker.blocked_for(request)
+            wait = self.tracker.health.blocked_for(request)
             if wait <= 0:
                 return request
             if wait > self.config.block_wait:
@@ -541,7 +543,7 @@ class CostAwareScheduler(BaseScheduler):
         """Requests whose host's pause outlasts what this run waits (``COSTSCHED_BLOCK_WAIT``): not sent,
         their budget back to the period; their pages stay known and are planned again next run."""
         for host, queue in list(self._waiting.items()):
-            wait = self.tracker.blocked_for(queue[0])
+            wait = self.tracker.health.blocked_for(queue[0])
             if wait <= self.config.block_wait:
                 continue
             del self._waiting[host]
@@ -559,7 +561,7 @@ class CostAwareScheduler(BaseScheduler):
         if position is None or self._plan_end >= len(self._ranking):  # nothing ranked to spend it on instead
             return False
         planned = self._ranking.costs[position]
-        now = self.tracker.cost_now(urlparse_cached(request).hostname or "", planned)
+        now = self.tracker.health.cost_now(urlparse_cached(request).hostname or "", planned)
         if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:
             return False
         self.tracker.ledger.release(request)
@@ -595,11 +597,13 @@ class CostAwareScheduler(BaseScheduler):
         """Order the ranking's part from *start* to *end*, not sent yet, by each visit's index at its host's
         health now: visits of a host that fell sick in this run go after the others (and the budget may
         run out before them)."""
+        if not self.tracker.health.worsened():
+            return
         ranking = self._ranking
         adjusted: list[tuple[float, int]] = []
         for position in range(start, end):
             host, planned = self.tracker.host_of(ranking.keys[position]), ranking.costs[position]
-            now = self.tracker.cost_now(host, planned) if host is not None else planned
+            now = self.tracker.health.cost_now(host, planned) if host is not None else planned
             adjusted.append((-ranking.indices[position] * planned / now, position))
         order = [position for _, position in sorted(adjusted)]
         if order == list(range(start, end)):

@@ -26,21 +26,20 @@ from twisted.internet.threads import deferToThread
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
+from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
-from scrapy_costsched.model.capacity import host_capacity
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
-from scrapy_costsched.model.health import outcome_of, visit_cost
 from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
-from scrapy_costsched.slots import HostPaused, SlotHolds
+from scrapy_costsched.slots import HostPaused
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
 from scrapy_costsched.visits import (
     NOT_MODIFIED_META,
@@ -105,13 +104,12 @@ class Tracker:
         self.store: StateStorage | None = None
         self.pages: PageBook
         self.hosts: HostBook
+        self.health: Health
         self.learner: Learner
         self._ledger: Ledger | None = None
         self._closing: Deferred[None] | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
-        self._started: dict[int, float] = {}  # id(request) -> when a download handler took it (monotonic)
-        self._planned_failures: dict[str, float] = {}  # host -> failed attempts a success was priced with
         self._paused_hosts: set[str] = set()  # hosts whose visits a long Retry-After kept out of this run
         self._revalidated: set[int] = set()  # requests whose cached copy the server confirmed (HTTP cache)
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
@@ -123,7 +121,6 @@ class Tracker:
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
         self.volatile = VolatileFields()
-        self.slots = SlotHolds(crawler)
         for handler, signal in (
             (self._spider_opened, signals.spider_opened),
             (self._spider_closed, signals.spider_closed),
@@ -190,6 +187,7 @@ class Tracker:
         self.store = store
         self.pages = PageBook(store, self.stats)
         self.hosts = HostBook(store, self.stats)
+        self.health = Health(self.crawler, self.config, self.billing, self.hosts, self.now)
         self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
         period = int(self.now() // self.config.budget_period)
         budget = self.config.budget.amount if self.config.budget is not None else None
@@ -526,12 +524,8 @@ class Tracker:
         if not_modified is not None and any(host.to_send(True, True, now / DAY)) and self.config.conditional:
             revalidation = self.billing.attempt_cost(304, round(not_modified))
             revalidation = revalidation if revalidation < cost else None
-        failures = self._expected_failures(host_name, now)
-        if not failures:
-            return cost, revalidation
-        failure_cost = self._failure_cost(host_name)
-        return (visit_cost(cost, failure_cost, failures),
-                None if revalidation is None else visit_cost(revalidation, failure_cost, failures))
+        return (self.health.priced(host_name, cost),
+                None if revalidation is None else self.health.priced(host_name, revalidation))
 
     def _prior_cost(self) -> float:
         """What a visit is planned at before anything of its kind was measured: the billing model's prior, but
@@ -542,77 +536,10 @@ class Tracker:
             return min(prior, self.config.budget.amount / 4)
         return prior
 
-    def _expected_failures(self, host: str, now: float) -> float:
-        """Failed attempts a success at *host* is expected to take (0 with ``COSTSCHED_HEALTH`` off); the plan's
-        figure is remembered, so :meth:`cost_now` can tell how much a host's visits went up since."""
-        health = self.hosts.health.get(host) if self.config.health else None
-        failures = health.expected_failures(now / DAY) if health is not None else 0.0
-        self._planned_failures.setdefault(host, failures)
-        return failures
-
-    def _failure_cost(self, host: str) -> float:
-        """What one failed attempt at *host* costs, as the billing model bills a 429 of its usual size
-        (bytes under bandwidth, a request under requests, nothing under credits)."""
-        return self.billing.attempt_cost(429, round(self.hosts.health_of(host).failed_size))
-
-    def cost_now(self, host: str, planned: float) -> float:
-        """What a visit of *host* planned at *planned* costs now that its health may have changed in this run."""
-        health = self.hosts.health.get(host) if self.config.health else None
-        if health is None:
-            return planned
-        failure_cost = self._failure_cost(host)
-        success = planned - failure_cost * self._planned_failures.get(host, 0.0)
-        return visit_cost(success, failure_cost, health.expected_failures(self.now() / DAY))
-
     def host_of(self, key: str) -> str | None:
         """The host of known page *key* as planning indexed it (``None`` if it is not indexed)."""
         profile = self.pages.profile(key)
         return profile.group.partition("|")[0] if profile is not None else None
-
-    def host_capacity(self, host: str) -> int:
-        """Visits *host*'s download slot can make in this run (:mod:`~.model.capacity`): its concurrency and
-        delay (``DOWNLOAD_SLOTS``, else ``CONCURRENT_REQUESTS_PER_DOMAIN`` and ``DOWNLOAD_DELAY``, AutoThrottle's
-        start delay if larger) over the run's length (``CLOSESPIDER_TIMEOUT``, else the budget period), less
-        a Retry-After pause the run will not wait out."""
-        settings = self.crawler.settings
-        slot = (settings.getdict("DOWNLOAD_SLOTS") or {}).get(host) or {}
-        delay = float(slot.get("delay", settings.getfloat("DOWNLOAD_DELAY")))
-        if settings.getbool("AUTOTHROTTLE_ENABLED"):
-            delay = max(delay, settings.getfloat("AUTOTHROTTLE_START_DELAY"))
-        concurrency = int(slot.get("concurrency", settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")))
-        run_seconds = settings.getfloat("CLOSESPIDER_TIMEOUT") or self.config.budget_period
-        health = self.hosts.health.get(host) if self.config.health else None
-        if health is not None:
-            pause = health.blocked_for(time.time())
-            run_seconds = 0.0 if pause > self.config.block_wait else run_seconds - pause
-        return host_capacity(run_seconds, concurrency, delay, health.latency if health is not None else None)
-
-    def blocked_for(self, request: Request) -> float:
-        """Seconds before *request*'s host may be sent anything (its Retry-After); 0 with ``COSTSCHED_HEALTH`` off."""
-        if not self.config.health or self.store is None:
-            return 0.0
-        return self.hosts.blocked_for(urlparse_cached(request).hostname or "", time.time())
-
-    def retry_after(self, request: Request, response: Response) -> float:
-        """*response* asks its host to wait (429 or 503 with ``Retry-After``): the seconds to block it, capped
-        by ``COSTSCHED_MAX_RETRY_AFTER``, or 0 when there is nothing to obey (or health is off)."""
-        if not self.config.health or response.status not in (429, 503) or self.store is None:
-            return 0.0
-        now = time.time()
-        # A date is read against the server's own clock (its Date header) where it gives one: clocks differ.
-        served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
-        seconds = self._header(response, lambda: parse_retry_after(response.headers.get("Retry-After"),
-                                                                   served if served is not None else now))
-        if not seconds:
-            return 0.0
-        if seconds > self.config.max_retry_after:
-            self.stats.inc_value("costsched/retry_after/capped")
-            seconds = self.config.max_retry_after
-        host = urlparse_cached(request).hostname or ""
-        if self.hosts.block(host, now + seconds):
-            logger.info("costsched: %s asked for a pause (%d, Retry-After): nothing goes to it for %.0f s",
-                        host, response.status, seconds)
-        return self.hosts.blocked_for(host, now)
 
     def _hub(self, row: Summary) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each priced as a new URL is."""
@@ -645,9 +572,11 @@ class Tracker:
                 self.ledger.reserve(_robots_holder(netloc), self._prior_cost())
 
     def _request_reached_downloader(self, request: Request, spider: Spider) -> None:
+        if self.store is None:  # a crawl this tracker does not take part in
+            return
         token = request.meta.get(VISIT_META)
         self._downloaded.add(id(request))
-        self._started[id(request)] = time.monotonic()
+        self.health.reached(request)
         if token is None or request.meta.get(SUBREQUEST_META) or token in self._reached:
             return
         self._reached.add(token)  # the visit's first attempt: a visit, counted once whatever retries follow
@@ -656,16 +585,15 @@ class Tracker:
 
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Sent before the download slot is freed for the next request: the moment to obey a Retry-After."""
+        if self.store is None:
+            return
         self._answers[id(request)] = (response.status, response_size(response))
-        pause = self.retry_after(request, response)
-        if pause > 0:
-            self.hold_slot(request, pause)
-
-    def hold_slot(self, request: Request, seconds: float) -> None:
-        """Send nothing more to *request*'s host for *seconds* (:mod:`~.slots`); what waits in its download
-        slot leaves it when this run will not wait that long."""
-        if self.slots.hold(request, seconds, release_queued=seconds > self.config.block_wait):
-            self.stats.inc_value("costsched/retry_after/slot_held")
+        if response.status in (429, 503):
+            # A date is read against the server's own clock (its Date header) where it gives one: clocks differ.
+            served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
+            now = served if served is not None else time.time()
+            self.health.pause(request, response.status, self._header(
+                response, lambda: parse_retry_after(response.headers.get("Retry-After"), now)))
 
     def paused(self, request: Request) -> None:
         """*request* is not sent in this run (its host's pause outlasts ``COSTSCHED_BLOCK_WAIT``): its budget goes
@@ -678,13 +606,15 @@ class Tracker:
             self._paused_hosts.add(host)
             logger.info("costsched: %s asked for a pause of %.0f s more than this run waits (COSTSCHED_BLOCK_WAIT = "
                         "%g s): its visits are not sent in this run and are planned again in a later one",
-                        host, self.blocked_for(request) - self.config.block_wait, self.config.block_wait)
+                        host, self.health.blocked_for(request) - self.config.block_wait, self.config.block_wait)
 
     def _request_left_downloader(self, request: Request, spider: Spider) -> None:
+        if self.store is None:
+            return
         status, received = self._answers.pop(id(request), (None, 0))
         sent = request_size(request)
         billed = self._billed_bytes(request, sent + received)
-        self._health(request, status, billed)
+        self.health.attempt(request, status, billed)
         self._release_robots(request)
         validators = request.meta.get(VALIDATORS_META)
         if isinstance(validators, dict) and validators.get("canary") and status != 304:
@@ -711,17 +641,6 @@ class Tracker:
         if self.config.request_overhead:
             self.stats.inc_value("costsched/bytes/overhead", round(self.config.request_overhead))
         return size + self.config.request_overhead
-
-    def _health(self, request: Request, status: int | None, billed: float) -> None:
-        """An attempt's outcome and latency into its host's health; a failure that lasted the whole download
-        timeout was a timeout."""
-        started = self._started.pop(id(request), None)
-        elapsed = time.monotonic() - started if started is not None else None
-        timeout = request.meta.get("download_timeout") or self.crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
-        timed_out = status is None and elapsed is not None and timeout and elapsed >= 0.99 * timeout
-        outcome = outcome_of(status, "timeout" if timed_out else None)
-        host = urlparse_cached(request).hostname or ""
-        self.hosts.attempt(host, outcome, self.now() / DAY, billed, elapsed if status is not None else None)
 
     def _measured(self, key: str, not_modified: bool, size: float) -> None:
         """A page's answer moved *size* bytes: into its mean and its host and page type's, 304s apart."""
