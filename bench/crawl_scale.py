@@ -20,6 +20,7 @@ the scale bars are about (issue 8):
 
     python bench/crawl_scale.py                      # 200,000 known pages, budget 5000, 3 pairs
     python bench/crawl_scale.py --pages 20000 --repeat 1 --json out.json
+    python bench/crawl_scale.py --repeat 1 --profile prof/   # cProfile of each crawl (its times are not the bars')
 """
 
 from __future__ import annotations
@@ -141,11 +142,15 @@ class Crawl:
 
 
 def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, urls: Path | None,
-              tag: str) -> Crawl:
-    """One ``scrapy runspider`` in its own process; its peak RSS as the crawl itself reported it."""
+              tag: str, profile: Path | None = None) -> Crawl:
+    """One ``scrapy runspider`` in its own process; its peak RSS as the crawl itself reported it.
+
+    With *profile* (a directory), the crawl runs under cProfile and leaves ``<tag>.prof`` there.
+    """
     stats_file, visited, log = workdir / f"{tag}.stats.json", workdir / f"{tag}.visited", workdir / f"{tag}.log"
     stats_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"site={site}", "-a", f"visited={visited}",
+    profiler = ["-m", "cProfile", "-o", str(profile.resolve() / f"{tag}.prof")] if profile is not None else []
+    cmd = [sys.executable, *profiler, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"site={site}", "-a", f"visited={visited}",
            "-s", f"BENCH_STATS_FILE={stats_file}", "-s", f"COSTSCHED_STATE={state}", "-s", f"COSTSCHED_BUDGET={budget:g}"]
     if mode == "plain":
         assert urls is not None
@@ -289,6 +294,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="pairs of crawls, alternating which goes first")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON ('-' for stdout only)")
     parser.add_argument("--workdir", help="keep states, logs and stats here (default: a temporary directory)")
+    parser.add_argument("--profile", metavar="DIR", type=Path,
+                        help="run each crawl under cProfile, leaving <mode>-<pair>.prof in DIR (slows the crawls)")
     args = parser.parse_args()
     if args.pages < 2 or args.budget <= 0 or args.repeat < 1:
         parser.error("--pages must be at least 2, --budget positive, --repeat at least 1")
@@ -299,6 +306,8 @@ def main() -> None:
     else:
         tmp = tempfile.TemporaryDirectory(prefix="crawl_scale-")
         workdir = Path(tmp.name)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     site_proc, site = start_site(args.pages)
     try:
         seed, state = workdir / "seed.sqlite", workdir / "state.sqlite"
@@ -314,7 +323,7 @@ def main() -> None:
             for mode in ("costsched", "plain") if r % 2 == 0 else ("plain", "costsched"):
                 if mode == "costsched":
                     shutil.copyfile(seed, state)
-                crawls[mode] = run_crawl(mode, workdir, site, args.budget, state, urls, f"{mode}-{r}")
+                crawls[mode] = run_crawl(mode, workdir, site, args.budget, state, urls, f"{mode}-{r}", args.profile)
                 if mode == "costsched":
                     urls = workdir / f"{mode}-{r}.visited"
             pairs.append((crawls["costsched"], crawls["plain"]))
