@@ -72,6 +72,8 @@ DEFAULT_THROTTLE_SECONDS = 2.0
 #: The server's byte-log sums per host and crawl (see wire_by_host).
 WIRE_KEYS = ("requests", "bytes", "sent", "received", "conditional", "not_modified", "false_not_modified",
              "throttled", "inside_block")  # fmt: skip
+#: Seconds between two requests to a host that throttles (DOWNLOAD_SLOTS), in every strategy.
+POLITE_DELAY = 0.05
 CRAWL_HOUR = 3 * 3600.0  # crawl a few hours into each simulated day, clear of period boundaries
 CLAIMS_FROM_DAY = 4  # days 1-3 are the learning phase
 VISITS_DEFINITION = (
@@ -278,6 +280,10 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
           f" x {full_pages}) = {budget} requests/day")  # fmt: skip
     hosts, throttle_specs = site_hosts(args.hosts, args.throttle)
     throttles = parse_throttles(throttle_specs, len(hosts))
+    # Every strategy crawls a host known to throttle politely, one request at a time: without a delay,
+    # the requests already on the wire when its 429 leaves arrive inside the pause whatever the crawler does.
+    polite = ["-s", "DOWNLOAD_SLOTS=" + json.dumps({f"127.0.0.{i + 1}": {"delay": POLITE_DELAY}
+                                                    for i in throttles})] if throttles else []
     print(f"hosts (validator modes, 127.0.0.1 first): {', '.join(hosts)}")
     for index, th in throttles.items():
         print(f"  host {index} (127.0.0.{index + 1}) throttles: {describe_throttle(th, long=True)}")
@@ -347,7 +353,7 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
                         f"{host_urls[product_host(pid, len(host_urls))]}/product/{pid}\n" for pid in chosen
                     ))  # fmt: skip
                     extra = ["-s", "COSTSCHED_ENABLED=False", "-a", f"urls_file={urls}"]
-                result = run_crawl(strategy, daydir, server.url, args.categories, extra, env)
+                result = run_crawl(strategy, daydir, server.url, args.categories, [*extra, *polite], env)
                 # Crawls run one at a time and the server logs a request before answering it, so
                 # the lines added since the last crawl are exactly this crawl's.
                 records, log_offset = read_byte_log(byte_log, log_offset)
