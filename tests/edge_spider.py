@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import scrapy
-from scrapy import signals
+
+from tests.stats_spider import StatsFileSpider
 
 
-class EdgeSpider(scrapy.Spider):
+class EdgeSpider(StatsFileSpider):
     name = "edge"
     custom_settings = {
         "ADDONS": {"scrapy_costsched.Addon": 0},
@@ -20,21 +20,9 @@ class EdgeSpider(scrapy.Spider):
         "LOG_LEVEL": "INFO",
     }
 
-    def __init__(self, site: str = "", stats_file: str = "", **kwargs: Any) -> None:
+    def __init__(self, site: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
-        self.stats_file = stats_file
-
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> EdgeSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.dump_stats, signal=signals.spider_closed)
-        return spider
-
-    def dump_stats(self) -> None:
-        stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
-        with open(self.stats_file, "w") as f:
-            json.dump(stats, f)
 
     async def start(self) -> Any:
         base = self.site

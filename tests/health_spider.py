@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import scrapy
-from scrapy import signals
+
+from tests.stats_spider import StatsFileSpider
 
 
-class HealthSpider(scrapy.Spider):
+class HealthSpider(StatsFileSpider):
     name = "health"
     custom_settings = {
         "ADDONS": {"scrapy_costsched.Addon": 0},
@@ -18,24 +18,12 @@ class HealthSpider(scrapy.Spider):
         "LOG_LEVEL": "INFO",
     }
 
-    def __init__(self, sites: str = "", pages: str = "20", stats_file: str = "", render: str = "",
+    def __init__(self, sites: str = "", pages: str = "20", render: str = "",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sites = sites.split(",")
         self.pages = int(pages)
         self.render = bool(render)
-        self.stats_file = stats_file
-
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> HealthSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.dump_stats, signal=signals.spider_closed)
-        return spider
-
-    def dump_stats(self) -> None:
-        stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
-        with open(self.stats_file, "w") as f:
-            json.dump(stats, f)
 
     async def start(self) -> Any:
         for site in self.sites:

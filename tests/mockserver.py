@@ -19,6 +19,21 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 64
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """A handler that answers with a body of known length and logs nothing."""
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 class _LoopbackServer:
     """A threaded HTTP server on 127.0.0.1 and a free port, serving on a daemon thread."""
 
@@ -57,7 +72,7 @@ class EdgeSite(_LoopbackServer):
         self._lock = threading.Lock()
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             def do_GET(self) -> None:
                 with site._lock:
                     site.hits[self.path] = site.hits.get(self.path, 0) + 1
@@ -91,17 +106,9 @@ class EdgeSite(_LoopbackServer):
                     self._send(404, b"gone")
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                super()._send(status, body, headers)
                 with site._lock:
                     site.body_bytes += len(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
         self._serve(Handler)
 
@@ -113,7 +120,7 @@ class ForwardProxy(_LoopbackServer):
         self.relayed = 0
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             def do_GET(self) -> None:
                 target = urlsplit(self.path)
                 headers = {k: v for k, v in self.headers.items() if not k.lower().startswith("proxy-")}
@@ -126,16 +133,9 @@ class ForwardProxy(_LoopbackServer):
                 finally:
                     connection.close()
                 proxy.relayed += 1
-                self.send_response(answer.status)
-                for name, value in answer.getheaders():
-                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
+                self._send(answer.status, body, {name: value for name, value in answer.getheaders()
+                                                 if name.lower() not in ("connection", "transfer-encoding",
+                                                                         "content-length")})
 
         self._serve(Handler)
 
@@ -161,7 +161,7 @@ class ThrottlingSite(_LoopbackServer):
         self._lock = threading.Lock()
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             def do_GET(self) -> None:
                 if self.path == "/robots.txt":
                     self._send(200, b"User-agent: *\nAllow: /\n", {})
@@ -185,17 +185,6 @@ class ThrottlingSite(_LoopbackServer):
                     return
                 body = f"<html><h1>{self.path} v{site.version}</h1>{'<p>text</p>' * 100}</html>".encode()
                 self._send(200, body, {"Content-Type": "text/html"})
-
-            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
         self._serve(Handler, address)
 

@@ -9,14 +9,14 @@ enabled with ``-s`` like any project's components.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import scrapy
-from scrapy import signals
+
+from tests.stats_spider import StatsFileSpider
 
 
-class SetupsSpider(scrapy.Spider):
+class SetupsSpider(StatsFileSpider):
     name = "setups"
     custom_settings = {
         "ADDONS": {"scrapy_costsched.Addon": 0},
@@ -27,28 +27,16 @@ class SetupsSpider(scrapy.Spider):
         "COSTSCHED_CLOCK": "demo_site.clock.now",
     }
 
-    def __init__(self, site: str = "", stats_file: str = "", paths: str = "", chain: str = "", allowed: str = "",
+    def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
-        self.stats_file = stats_file
         self.paths = [path for path in paths.split(",") if path]
         self.chain = bool(chain)
         if allowed:
             self.allowed_domains = allowed.split(",")
         self.lambdas = callbacks == "lambda"
         self.odd = bool(odd)
-
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> SetupsSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.dump_stats, signal=signals.spider_closed)
-        return spider
-
-    def dump_stats(self) -> None:
-        stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, float, str))}
-        with open(self.stats_file, "w") as f:
-            json.dump(stats, f)
 
     async def start(self) -> Any:
         for path in self.paths:

@@ -54,6 +54,16 @@ def catalog() -> Catalog:
 # -- catalog -----------------------------------------------------------------------------------
 
 
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Kill *proc* if a failed assertion left it running, and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
 def test_generate_is_reproducible(catalog: Catalog) -> None:
     again = Catalog.generate(products=300, categories=10, seed=1, horizon_days=60)
     assert again == catalog
@@ -317,12 +327,7 @@ def test_server_module_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> No
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        _stop(proc)
 
 
 # -- the demo spider's parsing (no crawl) ------------------------------------------------------
@@ -683,12 +688,7 @@ def test_server_module_serves_several_hosts_with_a_byte_log(tmp_path: Path) -> N
         assert record["mode"] == "false304"
         assert record["changed_since_validators"] is True  # created at day 0, long after the epoch
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        _stop(proc)
     bad = subprocess.run([*argv[:-4], "--hosts", "honour,lazy"], cwd=PROJECT, env=env, capture_output=True,
                          text=True, timeout=30, check=False)  # fmt: skip
     assert bad.returncode == 2
@@ -947,12 +947,7 @@ def test_server_module_throttles_the_hosts_it_is_told_to(tmp_path: Path) -> None
             ("127.0.0.2", 200, False), ("127.0.0.2", 429, False), ("127.0.0.1", 200, False),
             ("127.0.0.1", 429, False), ("127.0.0.1", 429, True)]  # fmt: skip
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        _stop(proc)
     for spec, message in (("2:1:1", "no host 2"), ("1:1", "INDEX:QUOTA:SECONDS")):
         bad = subprocess.run([*argv[:-4], "--throttle", spec], cwd=PROJECT, env=env, capture_output=True,
                              text=True, timeout=30, check=False)  # fmt: skip
