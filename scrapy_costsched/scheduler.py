@@ -558,8 +558,10 @@ class CostAwareScheduler(BaseScheduler):
         if not self.budgeted or request.meta.get(REASON_META) != "refresh" or SUBREQUEST_META in request.meta:
             return False
         position = self._planned.get(request.meta.get(PAGE_META, ""))
-        if position is None or self._plan_end >= len(self._ranking):  # nothing ranked to spend it on instead
+        if position is None:
             return False
+        if self._plan_end >= len(self._ranking) and (not self._rank_rest() or self._plan_end >= len(self._ranking)):
+            return False  # nothing left to spend it on instead
         planned = self._ranking.costs[position]
         now = self.tracker.health.cost_now(urlparse_cached(request).hostname or "", planned)
         if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:

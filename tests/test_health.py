@@ -323,14 +323,15 @@ def test_a_host_that_falls_sick_sinks_within_the_run_and_its_budget_goes_to_the_
                                 "COSTSCHED_CLOCK=tests.helpers.fake_tomorrow", POLITE, gives_up=True)
             fetched[health] = len(well.log), len(sick.log)
             if health:
-                assert stats["costsched/skipped/unhealthy"] >= 1
                 assert stats["costsched/hosts/127.0.0.8/health"] < 0.5
     finally:
         sick.close()
         well.close()
     # An even ranking shares the budget between the hosts; once the sick host's failures show, its visits
-    # cost their expected retries too and fall below the visits the plan left out: they are not sent, and
-    # the budget goes to the other host's pages.
+    # cost their expected retries too: those still in the scheduler fall below the visits the plan left out
+    # and are not sent, leftovers put them last, and the budget goes to the other host's pages. (How many
+    # are still in the scheduler then depends on the Scrapy version's queue: on 2.13 a whole host's start
+    # requests can reach the downloader before its first answer.)
     (well_on, sick_on), (well_off, sick_off) = fetched[True], fetched[False]
     assert well_on > well_off
     assert sick_on < sick_off
