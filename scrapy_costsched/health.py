@@ -132,12 +132,12 @@ class Health:
             return 0.0
         return self.hosts.blocked_for(urlparse_cached(request).hostname or "", time.time())
 
-    def pause(self, request: Request, status: int, seconds: float | None) -> float:
+    def pause(self, request: Request, status: int, seconds: float | None) -> None:
         """*request* was answered *status* with a ``Retry-After`` of *seconds* (``None``: none): pause its
-        host if that is a 429 or 503 (capped by ``COSTSCHED_MAX_RETRY_AFTER``), hold its download slot, and
-        return the seconds the host is paused for (0 when nothing is to be obeyed, or health is off)."""
+        host if that is a 429 or 503 (capped by ``COSTSCHED_MAX_RETRY_AFTER``) and hold its download slot
+        (nothing to obey with health off)."""
         if not self.config.health or status not in (429, 503) or not seconds:
-            return 0.0
+            return
         if seconds > self.config.max_retry_after:
             self.stats.inc_value("costsched/retry_after/capped")
             seconds = self.config.max_retry_after
@@ -145,9 +145,7 @@ class Health:
         if self.hosts.block(host, time.time() + seconds):
             logger.info("costsched: %s asked for a pause (%d, Retry-After): nothing goes to it for %.0f s",
                         host, status, seconds)
-        paused = self.hosts.blocked_for(host, time.time())
-        self.hold_slot(request, paused)
-        return paused
+        self.hold_slot(request, self.hosts.blocked_for(host, time.time()))
 
     def hold_slot(self, request: Request, seconds: float) -> None:
         """Send nothing more from *request*'s download slot for *seconds* (:mod:`~.slots`); what waits in the

@@ -560,11 +560,13 @@ class CostAwareScheduler(BaseScheduler):
         position = self._planned.get(request.meta.get(PAGE_META, ""))
         if position is None:
             return False
-        if self._plan_end >= len(self._ranking) and (not self._rank_rest() or self._plan_end >= len(self._ranking)):
-            return False  # nothing left to spend it on instead
         planned = self._ranking.costs[position]
         now = self.tracker.health.cost_now(urlparse_cached(request).hostname or "", planned)
-        if now <= planned or self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:
+        if now <= planned:  # the usual case, decided without looking further down the ranking
+            return False
+        if self._plan_end >= len(self._ranking) and (not self._rank_rest() or self._plan_end >= len(self._ranking)):
+            return False  # nothing left to spend it on instead
+        if self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:
             return False
         self.tracker.ledger.release(request)
         self.stats.inc_value("costsched/skipped/unhealthy")
