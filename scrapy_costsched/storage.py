@@ -87,6 +87,9 @@ class StateStorage(Protocol):
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every page's fingerprint and full record, in no particular order."""
 
+    def iter_meta(self) -> Iterator[tuple[str, Any]]:
+        """Every meta row (ledger, priors, host books, ...) as ``get_meta`` gives it, sorted by key."""
+
 
 def _encode(value: Any) -> str:
     return _ENCODER(value)
@@ -139,8 +142,11 @@ class SqliteDictStorage:
     last commit, which only sqlitedict's connection sees.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
         self.path = Path(path)
+        #: Opened for the commands that only read (reports, exports): no lock is taken, so they read a
+        #: state while a crawl writes it (what that crawl committed), and any write raises.
+        self.read_only = read_only
         self._lock: IO[str] | None = None
         self._db: SqliteDict | None = None
         self._pending: dict[str, str] = {}  # encoded rows not handed to sqlitedict yet, by key
@@ -149,11 +155,20 @@ class SqliteDictStorage:
         self._reader_conn: sqlite3.Connection | None = None
 
     @classmethod
-    def from_uri(cls, uri: str) -> SqliteDictStorage:
+    def from_uri(cls, uri: str, read_only: bool = False) -> SqliteDictStorage:
         """``sqlite:///relative/path``, ``sqlite:////absolute/path`` (as SQLAlchemy spells them) or a path."""
-        return cls(uri.removeprefix("sqlite:///"))
+        return cls(uri.removeprefix("sqlite:///"), read_only)
 
     def open(self) -> None:
+        if self.read_only:
+            if not self.path.exists() or self.path.stat().st_size == 0:
+                raise StateError(f"There is no costsched state at {str(self.path)!r}: run a crawl first, "
+                                 "or name the state with --state or COSTSCHED_STATE.")
+            if self._check_existing() < SCHEMA_VERSION:
+                raise StateError(f"The costsched state {str(self.path)!r} is of an older schema; run a crawl "
+                                 "with it once to upgrade it.")
+            self._reader()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
         try:
@@ -297,13 +312,24 @@ class SqliteDictStorage:
         return self._db
 
     def commit(self) -> None:
+        if self.read_only:
+            return
         self._write_pending()
         self.db.commit(blocking=True)
         self._uncommitted.clear()
 
     def get_meta(self, key: str) -> Any:
+        if self.read_only:
+            rows = self._read(f'SELECT value FROM "{TABLE}" WHERE key = ?', [f"meta:{key}"])
+            return json.loads(rows[0][0]) if rows else None
         self._write_pending()  # a read is a round trip: whoever waits for it expects the writes before it done
         return self.db.get(f"meta:{key}")
+
+    def iter_meta(self) -> Iterator[tuple[str, Any]]:
+        for chunk in self._scan(f'SELECT key, value FROM "{TABLE}" WHERE key >= ? AND key < ? ORDER BY key',
+                                ("meta:", "meta;")):
+            for key, value in chunk:
+                yield key[len("meta:"):], json.loads(value)
 
     def set_meta(self, key: str, value: Any) -> None:
         self._put(f"meta:{key}", value)
@@ -337,22 +363,30 @@ class SqliteDictStorage:
         That happens only when a transaction outgrows SQLite's page cache and spills into the
         file before its commit; then nothing but sqlitedict's own connection can read.
         """
-        if self._db is None:
+        if self._db is None and not self.read_only:
             raise StateError(_NOT_OPEN)
+        try:
+            return self._reader().execute(query, args).fetchall()
+        except sqlite3.OperationalError:
+            if self.read_only:
+                raise StateError(f"The costsched state {str(self.path)!r} is being written by a crawl right "
+                                 "now; try again in a moment.") from None
+            return self._select(query, args)
+
+    def _reader(self) -> sqlite3.Connection:
         if self._reader_conn is None:
             # Any thread may use it, one at a time (the crawl, then the close); it never waits for a lock.
             self._reader_conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=0,
                                                 check_same_thread=False)
-        try:
-            return self._reader_conn.execute(query, args).fetchall()
-        except sqlite3.OperationalError:
-            return self._select(query, args)
+        return self._reader_conn
 
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None:
         self._put(f"page:{fingerprint}", page)
         self._pending_plan[fingerprint] = _plan_row(fingerprint, summary)
 
     def _put(self, key: str, value: Any) -> None:
+        if self.read_only:
+            raise StateError(f"The costsched state {str(self.path)!r} was opened read-only.")
         if self._db is None:
             raise StateError(_NOT_OPEN)
         self._pending[key] = _encode(value)
@@ -421,6 +455,7 @@ class SqliteDictStorage:
                 yield key[len("page:"):], value
 
 
-def storage_from_uri(uri: str) -> StateStorage:
-    """The store named by ``COSTSCHED_STATE``: a path or ``sqlite:///path``."""
-    return SqliteDictStorage.from_uri(uri)
+def storage_from_uri(uri: str, read_only: bool = False) -> StateStorage:
+    """The store named by ``COSTSCHED_STATE``: a path or ``sqlite:///path``; *read_only* for the commands
+    that only read it (they take no lock, and see what a running crawl committed)."""
+    return SqliteDictStorage.from_uri(uri, read_only)

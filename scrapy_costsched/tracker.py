@@ -20,10 +20,10 @@ from urllib.parse import urlparse
 from scrapy import signals
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.project import data_path
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.billing import BillingModel
+from scrapy_costsched.commands import default_state
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
 from scrapy_costsched.health import Health
@@ -175,7 +175,7 @@ class Tracker:
         if self.store is not None:
             return
         started = time.perf_counter()
-        state = self.config.state or str(Path(data_path("costsched", createdir=True)) / f"{self.spider.name}.sqlite")
+        state = self.config.state or default_state(self.spider.name, createdir=True)
         store = storage_from_uri(state)
         new = not Path(state.removeprefix("sqlite:///")).exists()
         store.open()
