@@ -116,6 +116,8 @@ class PageState:
     """Bytes a full fetch of the page moved (request and response, headers included, body as transferred)."""
     not_modified_bytes: MeanBytes | None = None
     """Bytes a 304 answer for the page moved."""
+    no_change_cost: float = 0.0
+    """What the visits that found the page unchanged cost, all told (the report's most wasteful pages)."""
 
     @property
     def group(self) -> str:

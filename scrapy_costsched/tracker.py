@@ -22,6 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
+from scrapy_costsched.accounts import NO_CHANGE, Accounts
 from scrapy_costsched.billing import BillingModel
 from scrapy_costsched.commands import default_state
 from scrapy_costsched.errors import stop_crawl
@@ -33,7 +34,7 @@ from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
-from scrapy_costsched.model.scoring import Candidate
+from scrapy_costsched.model.scoring import Candidate, rank_head
 from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
@@ -73,6 +74,8 @@ GONE_AFTER = 3
 GONE_RECHECK_PERIODS = 30
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
+#: Pages of the next plan's head kept in the state (meta ``next_plan``) for the report.
+NEXT_PLAN_PAGES = 20
 
 
 def _reactor_running() -> bool:
@@ -106,6 +109,7 @@ class Tracker:
         self.hosts: HostBook
         self.health: Health
         self.learner: Learner
+        self.accounts: Accounts
         self._ledger: Ledger | None = None
         self._closing: Deferred[None] | None = None
         self.visits = VisitBook()
@@ -192,6 +196,7 @@ class Tracker:
         period = int(self.now() // self.config.budget_period)
         budget = self.config.budget.amount if self.config.budget is not None else None
         self._ledger = Ledger(store, period, budget, self._commit_grant)
+        self.accounts = Accounts(store, period, self.config.budget_period, budget, self.billing.unit)
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
         self.volatile = VolatileFields.from_state(store.get_meta("volatile_fields") or {})
         self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)
@@ -244,6 +249,7 @@ class Tracker:
         for key in self._failed_attempts:
             self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True))
         self._failed_attempts.clear()
+        self.accounts.close(self._group_of)
         unsent = self.ledger.release_all()
         if unsent:
             self.stats.set_value("costsched/unsent_at_close", unsent)
@@ -265,9 +271,30 @@ class Tracker:
             groups = self.pages.groups() if self.pages.indexed else None
             refitted = self.learner.refit_priors(seed=self.ledger.period, groups=groups)
             self.stats.set_value("costsched/priors_refitted", refitted)
+            self._store_next_plan()
         finally:
             self.store.close()
             self.store = None
+
+    def _store_next_plan(self) -> None:
+        """The head of the next run's ranking, as the scheduler will rank it at the next period's start
+        with the priors just refitted: what ``scrapy costsched-report`` shows as the next plan."""
+        if self.config.budget is None:
+            return
+        assert self.store is not None
+        when = max(self.now(), (self.ledger.period + 1) * self.config.budget_period)
+        head, _ = rank_head(self.candidates(when), self.config.budget.amount, self.config.objective,
+                            cycle=self.config.budget_period / DAY)
+        pages = []
+        for index, candidate in head[:NEXT_PLAN_PAGES]:
+            page = self.page(candidate.key)
+            pages.append({
+                "key": candidate.key, "url": page.url if page else None, "index": index,
+                "cost": candidate.cost, "value": candidate.value, "rate": candidate.rate,
+                "days_since_visit": None if math.isinf(candidate.elapsed) else candidate.elapsed,
+                "hub": candidate.hub is not None,
+            })
+        self.store.set_meta("next_plan", {"time": when, "pages": pages})
 
     def _summarise(self, reason: str) -> None:
         get = self.stats.get_value
@@ -298,6 +325,7 @@ class Tracker:
         assert self.store is not None
         self.pages.flush()
         self.hosts.save()
+        self.accounts.save()
         self.store.set_meta("volatile_fields", self.volatile.to_state())
 
     def commit(self) -> None:
@@ -326,6 +354,10 @@ class Tracker:
         self.stats.inc_value("costsched/commits")
 
     # -- pages -----------------------------------------------------------
+
+    def _group_of(self, key: str) -> tuple[str, str] | None:
+        page = self.page(key)
+        return (page.host, page.page_type) if page is not None else None
 
     def fingerprint(self, request: Request) -> str:
         return self.crawler.request_fingerprinter.fingerprint(request).hex()
@@ -593,8 +625,12 @@ class Tracker:
         if token is None or request.meta.get(SUBREQUEST_META) or token in self._reached:
             return
         self._reached.add(token)  # the visit's first attempt: a visit, counted once whatever retries follow
+        reason = request.meta.get(REASON_META, "refresh")
         self.stats.inc_value("costsched/visits")
-        self.stats.inc_value(f"costsched/visits/{request.meta.get(REASON_META, 'refresh')}")
+        self.stats.inc_value(f"costsched/visits/{reason}")
+        key = request.meta.get(PAGE_META)
+        if isinstance(key, str):
+            self.accounts.reached(key, reason)
 
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Sent before the download slot is freed for the next request: the moment to obey a Retry-After."""
@@ -633,11 +669,13 @@ class Tracker:
         if isinstance(validators, dict) and validators.get("canary") and status != 304:
             # answered in full (judged with the record) or failed: either way no longer in flight
             self.hosts.verification_answered(urlparse_cached(request).hostname or "")
-        self.ledger.charge(request, self.billing.attempt_cost(status, round(billed)))
+        cost = self.billing.attempt_cost(status, round(billed))
+        self.ledger.charge(request, cost)
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)
         self.stats.inc_value("costsched/bytes/received", received)
         key = request.meta.get(PAGE_META)
+        self.accounts.charged(key if isinstance(key, str) else None, urlparse_cached(request).hostname or "", cost)
         if key is not None and not request.meta.get(SUBREQUEST_META):
             if status is None and not self.visits.visited(key):
                 self._failed_attempts.add(key)
@@ -915,10 +953,12 @@ class Tracker:
             page.page_type = next(iter(visit.item_types))
         if visit.failed:
             self._failed(page, visit.time)
+            outcome = "failed"
         else:
             page.consecutive_failures = page.gone_strikes = 0
             page.gone, page.not_before = False, None
             if visit.not_modified:
+                outcome = "not_modified"
                 self.learner.not_modified(page, visit)
                 self.stats.inc_value("costsched/unchanged")
                 # Every field as it was: with 304s, only changed pages come back in full, and counting
@@ -928,6 +968,7 @@ class Tracker:
             elif not visit.item_hashes and page.record_kind == "items":
                 # Items used to come from this page and none did now: broken extraction or a
                 # vanished page, not a change.
+                outcome = "empty"
                 logger.warning("costsched: %s yielded no items this time (it used to); not counted as a change",
                                page.url)
                 self.stats.inc_value("costsched/extraction_empty")
@@ -939,6 +980,9 @@ class Tracker:
                 self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None)
                 if outcome == "changed":
                     self._update_spend_stats()
+        cost = self.accounts.observed(key, page.host, page.page_type, outcome)
+        if outcome in NO_CHANGE:
+            page.no_change_cost += cost
         self.pages.changed(key, page)
         self._since_commit += 1
         if self._since_commit >= self.config.commit_every:
@@ -975,9 +1019,11 @@ class Tracker:
         if page.gone_strikes >= GONE_AFTER:
             page.gone = True
             page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period
-            self.stats.inc_value("costsched/gone")
+            outcome = "gone"
         else:
             periods = min(2 ** (page.gone_strikes - 1), MAX_BACKOFF_PERIODS)
             page.not_before = when + periods * self.config.budget_period
-            self.stats.inc_value("costsched/not_found")
+            outcome = "not_found"
+        self.stats.inc_value(f"costsched/{outcome}")
+        self.accounts.observed(key, page.host, page.page_type, outcome)
         self.pages.changed(key, page)
