@@ -8,7 +8,6 @@ it can run off the reactor thread once the crawl's pages are flushed.
 from __future__ import annotations
 
 import logging
-import math
 import random
 from typing import TYPE_CHECKING
 
@@ -52,7 +51,7 @@ class Learner:
 
     def prior_rate(self, group: str) -> float:
         """The rate planning assumes for a page with no estimate yet: its group prior's median."""
-        return math.exp(self.prior_of(group).mean_log)
+        return self.prior_of(group).median
 
     def record(self, page: PageState, visit: Visit) -> str:
         """Compare *visit*'s record with the page's last one and learn from it; returns the outcome."""

@@ -403,6 +403,11 @@ class RatePrior:
     mean_log: float = math.log(0.1)
     sd_log: float = 2.0
 
+    @property
+    def median(self) -> float:
+        """The prior's median rate: what planning assumes for a page with no estimate yet."""
+        return math.exp(self.mean_log)
+
     def __post_init__(self) -> None:
         if not math.isfinite(self.mean_log):
             raise ValueError("mean_log must be finite")

@@ -1,0 +1,403 @@
+"""What ``scrapy costsched-report`` shows: where each period's budget went and what it found, read from a state.
+
+The seed article argues with one metric, the cost per detected change, read per site and per page
+type next to the fetches that found no change; :func:`build_report` gathers it from the period
+accounts (:mod:`~scrapy_costsched.accounts`), the ledger, the host book and the pages. Renderers
+(:mod:`.terminal`, :mod:`.html`) and ``--json`` (:meth:`Report.to_json`) only format it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
+
+from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
+
+from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
+from scrapy_costsched.hosts import HostBook
+from scrapy_costsched.learner import DAY
+from scrapy_costsched.model import RatePrior, mean_freshness_of, p_changed, solve_allocation
+from scrapy_costsched.pages import PageState
+from scrapy_costsched.settings import resolve_value
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from scrapy_costsched.settings import Config
+    from scrapy_costsched.storage import StateStorage
+
+#: Pages listed among those whose no-change fetches cost most.
+WASTEFUL_PAGES = 10
+#: Budgets, as shares of what a shadow period spent, at which the report prices what the optimum keeps.
+SHADOW_SHARES = (0.25, 0.5, 0.75)
+#: Rates kept per page type for the distribution chart (an even sample of the sorted rates beyond that).
+RATE_SAMPLE = 500
+
+
+def iso(epoch: float | None) -> str | None:
+    """An epoch second as ISO 8601 in UTC, to the second."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Figures:
+    """Visits and their outcomes summed over a scope (a period, a host, a page type).
+
+    *no_change* counts the fetches that found the page as it was: answered in full and unchanged,
+    or 304 Not Modified; *no_change_share* is their share of the fetches that could compare
+    (changed or not); *cost_per_change* is all that was spent over the changes detected.
+    """
+
+    visits: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    spent: float = 0.0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    not_modified: int = 0
+    failed: int = 0
+    gone: int = 0
+    no_change: int = 0
+    no_change_cost: float = 0.0
+    no_change_share: float | None = None
+    not_modified_share: float | None = None
+    cost_per_change: float | None = None
+
+    @classmethod
+    def of(cls, groups: Iterable[Mapping[str, float]]) -> Figures:
+        total: defaultdict[str, float] = defaultdict(float)
+        for counters in groups:
+            for name, amount in counters.items():
+                total[name] += amount
+        figures = cls(
+            visits=round(total["visits"]),
+            by_reason={name.removeprefix("visits/"): round(amount) for name, amount in sorted(total.items())
+                       if name.startswith("visits/")},
+            attempts=round(total["attempts"]), spent=total["spent"],
+            new=round(total["baseline"] + total["rebaseline"]), changed=round(total["changed"]),
+            unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
+            failed=round(total["failed"] + total["empty"]), gone=round(total["not_found"] + total["gone"]),
+            no_change=round(sum(total[name] for name in NO_CHANGE)),
+            no_change_cost=sum(total[f"{name}/cost"] for name in NO_CHANGE),
+        )
+        compared = figures.no_change + figures.changed
+        figures.no_change_share = figures.no_change / compared if compared else None
+        answered = compared + figures.new
+        figures.not_modified_share = figures.not_modified / answered if answered else None
+        figures.cost_per_change = figures.spent / figures.changed if figures.changed else None
+        return figures
+
+
+@dataclass
+class PeriodRow:
+    """One budget period: its budget (``None`` in shadow mode), the ledger's spend and what it bought."""
+
+    period: int
+    start: str | None
+    budget: float | None
+    spent: float
+    shadow: bool
+    runs: int
+    figures: Figures
+
+
+@dataclass
+class Rates:
+    """Estimated change rates (per day) of a set of pages: median and the 10th and 90th percentiles."""
+
+    pages: int = 0
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+
+    @classmethod
+    def of(cls, rates: list[float]) -> Rates:
+        if not rates:
+            return cls()
+        if len(rates) == 1:
+            return cls(1, rates[0], rates[0], rates[0])
+        deciles = statistics.quantiles(rates, n=10, method="inclusive")
+        return cls(len(rates), statistics.median(rates), deciles[0], deciles[-1])
+
+
+@dataclass
+class HostRow:
+    """One host over the report's periods, with how it treats validators and how healthy it is now."""
+
+    host: str
+    pages: int
+    figures: Figures
+    rates: Rates
+    etag: str | None = None
+    last_modified: str | None = None
+    not_modified_answers: str | None = None
+    health: float | None = None
+    latency: float | None = None
+    blocked_until: str | None = None
+
+
+@dataclass
+class PageTypeRow:
+    page_type: str
+    pages: int
+    figures: Figures
+    rates: Rates
+    rate_sample: list[float] = field(default_factory=list)
+
+
+@dataclass
+class PageRow:
+    url: str
+    host: str
+    page_type: str
+    visits: int
+    changes: int
+    no_change_cost: float
+    rate: float | None
+
+
+@dataclass
+class PlannedPage:
+    """A page at the head of the next plan: the index the scheduler gave it (value × freshness gain / cost)."""
+
+    url: str | None
+    index: float
+    cost: float
+    value: float
+    rate: float
+    days_since_visit: float | None
+    hub: bool
+
+
+@dataclass
+class Dataset:
+    """The dataset as the learned rates see it now.
+
+    *freshness* is the value-weighted probability that a visited page's record is still current,
+    ``Σ v·e^(−λt) / Σ v`` (t: time since its last visit; λ: its estimate, or its group prior);
+    *expected_missed_changes* is ``Σ λt``, the changes expected to have happened since the last
+    visits (Cho & Garcia-Molina, TODS 2003: changes are a Poisson process).
+    """
+
+    pages: int = 0
+    live: int = 0
+    never_visited: int = 0
+    gone: int = 0
+    freshness: float | None = None
+    expected_missed_changes: float = 0.0
+
+
+@dataclass
+class ShadowSaving:
+    """What the optimal schedule keeps at a smaller budget than a shadow period's full crawl.
+
+    The full crawl visits every page once per period; the optimum spreads *budget* over pages by
+    their learned rates, values and costs (Cho & Garcia-Molina, TODS 2003, as
+    :func:`~scrapy_costsched.model.solve_allocation`). Both freshness figures are the model's,
+    value-weighted, over the pages the shadow periods visited.
+    """
+
+    share: float
+    budget: float
+    saved: float
+    freshness_full: float
+    freshness_at_budget: float
+
+
+@dataclass
+class Report:
+    state: str
+    unit: str
+    generated_at: str | None
+    periods: list[PeriodRow]
+    totals: Figures
+    hosts: list[HostRow]
+    page_types: list[PageTypeRow]
+    dataset: Dataset
+    wasteful_pages: list[PageRow]
+    next_plan: list[PlannedPage]
+    next_plan_at: str | None
+    shadow_savings: list[ShadowSaving]
+    host_filter: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _scoped(accounts: PeriodAccounts, hosts: set[str] | None) -> list[tuple[str, str, dict[str, float]]]:
+    return [row for row in accounts.rows() if hosts is None or row[0] in hosts]
+
+
+def _ledger_spend(store: StateStorage, accounts: PeriodAccounts) -> float:
+    """The period's spend as the ledger has it (exact, crashes included), else as the accounts add it up."""
+    spent = store.get_meta(f"ledger:{accounts.period}")
+    return float(spent) if isinstance(spent, (int, float)) else accounts.total("spent")
+
+
+def build_report(store: StateStorage, config: Config, state: str, *, last_periods: int | None = None,
+                 hosts: Iterable[str] = ()) -> Report:
+    """Everything the report shows, from an open *store*, at the time of *config*'s clock."""
+    now = float(config.clock())
+    host_filter = set(hosts) or None
+    periods = stored_periods(store)
+    if last_periods is not None:
+        periods = periods[-last_periods:] if last_periods > 0 else []
+    unit = periods[-1].unit if periods else "requests"
+    rows = [PeriodRow(a.period, iso(a.period * a.period_seconds), a.budget,
+                      _ledger_spend(store, a) if host_filter is None else a.total("spent"), a.shadow, a.runs,
+                      Figures.of(c for _, _, c in _scoped(a, host_filter)))
+            for a in periods]
+    groups = [row for a in periods for row in _scoped(a, host_filter)]
+    priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
+    pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
+
+    def rate_of(page: PageState) -> float:
+        return page.estimate.rate if page.estimate else priors.get(page.group, RatePrior()).median
+
+    return Report(
+        state=state, unit=unit, generated_at=iso(now), periods=rows,
+        totals=Figures.of(c for _, _, c in groups),
+        hosts=_hosts(store, groups, pages, now),
+        page_types=_page_types(groups, pages),
+        dataset=_dataset(pages, config, rate_of, now),
+        wasteful_pages=[
+            PageRow(p.url, p.host, p.page_type, p.visits, p.changes, p.no_change_cost,
+                    p.estimate.rate if p.estimate else None)
+            for p in sorted(pages, key=lambda p: (-p.no_change_cost, p.url))[:WASTEFUL_PAGES] if p.no_change_cost > 0
+        ],
+        next_plan=_next_plan(store, host_filter),
+        next_plan_at=iso((store.get_meta("next_plan") or {}).get("time")),
+        shadow_savings=_shadow_savings([a for a in periods if a.shadow], pages, config, rate_of, host_filter),
+        host_filter=sorted(host_filter or ()),
+    )
+
+
+def _pages(store: StateStorage) -> list[PageState]:
+    pages = []
+    for _, data in store.iter_pages():
+        try:
+            pages.append(PageState.from_json(data))
+        except ValueError:
+            continue  # the crawl counts and skips it too (costsched/storage/unreadable_page)
+    return pages
+
+
+def _estimated_rates(pages: Iterable[PageState]) -> list[float]:
+    return sorted(p.estimate.rate for p in pages if p.estimate is not None and not p.gone)
+
+
+def _hosts(store: StateStorage, groups: list[tuple[str, str, dict[str, float]]], pages: list[PageState],
+           now: float) -> list[HostRow]:
+    # HostBook only counts what it could not read: a collector of its own, not the crawl's.
+    book = HostBook(store, MemoryStatsCollector(cast("Any", SimpleNamespace(settings=Settings()))))
+    by_host: defaultdict[str, list[PageState]] = defaultdict(list)
+    for page in pages:
+        by_host[page.host].append(page)
+    names = sorted({host for host, _, _ in groups if host} | by_host.keys())
+    rows = []
+    for host in names:
+        row = HostRow(host, len(by_host[host]), Figures.of(c for h, _, c in groups if h == host),
+                      Rates.of(_estimated_rates(by_host[host])))
+        validators = book.validators.get(host)
+        if validators is not None:
+            verdicts = validators.verdicts()
+            row.etag, row.last_modified = verdicts["etag"], verdicts["last_modified"]
+            row.not_modified_answers = verdicts["not_modified"]
+        health = book.health.get(host)
+        if health is not None:
+            row.health = health.p_success(now / DAY)
+            row.latency = health.latency
+            row.blocked_until = iso(health.blocked_until) if health.blocked_for(now) > 0 else None
+        rows.append(row)
+    return rows
+
+
+def _page_types(groups: list[tuple[str, str, dict[str, float]]], pages: list[PageState]) -> list[PageTypeRow]:
+    by_type: defaultdict[str, list[PageState]] = defaultdict(list)
+    for page in pages:
+        by_type[page.page_type].append(page)
+    rows = []
+    for page_type in sorted({t for _, t, _ in groups} | by_type.keys()):
+        rates = _estimated_rates(by_type[page_type])
+        step = max(len(rates) / RATE_SAMPLE, 1.0)
+        sample = [rates[int(i * step)] for i in range(min(len(rates), RATE_SAMPLE))]
+        rows.append(PageTypeRow(page_type, len(by_type[page_type]),
+                                Figures.of(c for _, t, c in groups if t == page_type), Rates.of(rates), sample))
+    return rows
+
+
+def _dataset(pages: list[PageState], config: Config, rate_of: Callable[[PageState], float], now: float) -> Dataset:
+    dataset = Dataset(pages=len(pages))
+    weighted = total_value = 0.0
+    for page in pages:
+        if page.gone:
+            dataset.gone += 1
+            continue
+        dataset.live += 1
+        if page.last_visit is None:
+            dataset.never_visited += 1
+            continue
+        value = resolve_value(page.value, config.value_tiers) or 1.0
+        elapsed = max(now - page.last_visit, 0.0) / DAY
+        rate = rate_of(page)
+        weighted += value * (1.0 - p_changed(rate, elapsed))
+        total_value += value
+        dataset.expected_missed_changes += rate * elapsed
+    dataset.freshness = weighted / total_value if total_value else None
+    return dataset
+
+
+def _next_plan(store: StateStorage, host_filter: set[str] | None) -> list[PlannedPage]:
+    plan = store.get_meta("next_plan") or {}
+    planned = []
+    for entry in plan.get("pages", ()):
+        try:
+            page = PlannedPage(entry["url"], float(entry["index"]), float(entry["cost"]), float(entry["value"]),
+                               float(entry["rate"]), entry["days_since_visit"], bool(entry["hub"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if host_filter is None or (page.url and _host_of(page.url) in host_filter):
+            planned.append(page)
+    return planned
+
+
+def _host_of(url: str) -> str:
+    return urlsplit(url).hostname or ""
+
+
+def _shadow_savings(shadow: list[PeriodAccounts], pages: list[PageState], config: Config, rate_of: Callable[[PageState], float],
+                    host_filter: set[str] | None) -> list[ShadowSaving]:
+    """What budgets below a shadow period's full crawl would have kept, by the model (shadow history is
+    the unbiased sample: every page was fetched)."""
+    if not shadow:
+        return []
+    spent = statistics.fmean(sum(c["spent"] for _, _, c in _scoped(a, host_filter)) for a in shadow)
+    cost_per_visit: dict[tuple[str, str], float] = {}
+    for accounts in shadow:
+        for host, page_type, counters in _scoped(accounts, host_filter):
+            if counters.get("visits"):
+                cost_per_visit[host, page_type] = counters["spent"] / counters["visits"]
+    visited = [p for p in pages if p.last_visit is not None and not p.gone]
+    if not visited or spent <= 0:
+        return []
+    period_days = shadow[-1].period_seconds / DAY
+    rates = [rate_of(p) for p in visited]
+    values = [resolve_value(p.value, config.value_tiers) or 1.0 for p in visited]
+    mean_cost = spent / len(visited)
+    costs = [cost_per_visit.get((p.host, p.page_type), mean_cost) for p in visited]
+    full = mean_freshness_of(rates, [1.0 / period_days] * len(visited), values)
+    savings = []
+    for share in SHADOW_SHARES:
+        budget = share * spent
+        frequencies = solve_allocation(rates, budget / period_days, values, costs).frequencies
+        savings.append(ShadowSaving(share, budget, spent - budget, full, mean_freshness_of(rates, frequencies, values)))
+    return savings
