@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_HISTORY_HALF_LIFE": "180d",
     "COSTSCHED_IGNORE_FIELDS": {},
     "COSTSCHED_ITEM_KEY": None,
+    "COSTSCHED_LOG_INTERVAL": "60s",
     "COSTSCHED_MAX_RETRY_AFTER": "1h",
     "COSTSCHED_MAXSIZE": {},
     "COSTSCHED_OBJECTIVE": "freshness",
@@ -328,6 +329,8 @@ class Config:
     render_factor: float = 10.0
     max_sizes: dict[str, int] = field(default_factory=dict)
     billed_statuses: frozenset[int] = frozenset(range(200, 400))
+    log_interval: float = 60.0
+    """Seconds between progress lines in the log; 0 for none."""
 
     @property
     def shadow(self) -> bool:
@@ -400,7 +403,15 @@ class Config:
             render_factor=_factor(settings, "COSTSCHED_RENDER_FACTOR"),
             max_sizes=_max_sizes(get("COSTSCHED_MAXSIZE")),
             billed_statuses=billed_statuses(get("COSTSCHED_BILLED_STATUSES")),
+            log_interval=_interval("COSTSCHED_LOG_INTERVAL", get("COSTSCHED_LOG_INTERVAL")),
         )
+
+
+def _interval(name: str, value: Any) -> float:
+    """A duration, or 0 (or ``None``) for never."""
+    if value is None or (not isinstance(value, bool) and value in (0, "0")):
+        return 0.0
+    return parse_duration(name, value)
 
 
 def _maybe_number(value: Any) -> Any:

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 from scrapy import signals
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
+from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
@@ -112,6 +113,7 @@ class Tracker:
         self.accounts: Accounts
         self._ledger: Ledger | None = None
         self._closing: Deferred[None] | None = None
+        self._progress: LoopingCall | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
         self._paused_hosts: set[str] = set()  # hosts whose visits a long Retry-After kept out of this run
@@ -229,6 +231,23 @@ class Tracker:
 
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
+        if self.store is not None and self.config.log_interval and _reactor_running():
+            self._progress = LoopingCall(self._log_progress)
+            self._progress.start(self.config.log_interval, now=False)
+
+    def _log_progress(self) -> None:
+        """A line every ``COSTSCHED_LOG_INTERVAL``, as Scrapy's LogStats writes its own: the spend so far and
+        what it found."""
+        if self.store is None:
+            return
+        get = self.stats.get_value
+        unit, spent, changed = self.billing.unit, self.ledger.spent_this_run, get("costsched/changed", 0)
+        logger.info(
+            "costsched: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %g %s%s",
+            "shadow mode" if self.config.budget is None else
+            f"{self.ledger.spent:g} of {self.config.budget.amount:g} {unit} spent this period",
+            get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
+            spent, unit, f" ({spent / changed:.2f} per change)" if changed else "")
 
     def _spider_closed(self, spider: Spider, reason: str) -> Deferred[None] | None:
         return self.close(reason)
@@ -242,6 +261,8 @@ class Tracker:
         """
         if self._closing is not None or self.store is None:
             return None
+        if self._progress is not None and self._progress.running:
+            self._progress.stop()
         for visit in self.visits.abandon_all():
             # Still waiting for a chained sub-request or an item: the record is incomplete.
             visit.failed = True
@@ -305,12 +326,17 @@ class Tracker:
             "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged (%d of them 304s), "
             "%d failed; spent %g %s%s; %s; next period starts in %.1f h",
             reason, get("costsched/visits", 0), get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
-            get("costsched/not_modified", 0) - get("costsched/not_modified/false", 0)
-            - get("costsched/not_modified/discarded", 0), get("costsched/failed", 0),
+            self._not_modified_observed(), get("costsched/failed", 0),
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
             max(period_end - self.now(), 0.0) / 3600.0)
+
+    def _not_modified_observed(self) -> int:
+        """304s taken as "unchanged" (not those to a verification's canary, nor those discarded)."""
+        get = self.stats.get_value
+        return int(get("costsched/not_modified", 0) - get("costsched/not_modified/false", 0)
+                   - get("costsched/not_modified/discarded", 0))
 
     def _update_spend_stats(self) -> None:
         spent = self.ledger.spent_this_run

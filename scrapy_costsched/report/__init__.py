@@ -22,7 +22,7 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.learner import DAY
-from scrapy_costsched.model import RatePrior, mean_freshness_of, p_changed, solve_allocation
+from scrapy_costsched.model import RatePrior, expected_freshness, grid_allocation, p_changed
 from scrapy_costsched.pages import PageState
 from scrapy_costsched.settings import resolve_value
 
@@ -201,9 +201,9 @@ class ShadowSaving:
     """What the optimal schedule keeps at a smaller budget than a shadow period's full crawl.
 
     The full crawl visits every page once per period; the optimum spreads *budget* over pages by
-    their learned rates, values and costs (Cho & Garcia-Molina, TODS 2003, as
-    :func:`~scrapy_costsched.model.solve_allocation`). Both freshness figures are the model's,
-    value-weighted, over the pages the shadow periods visited.
+    their learned rates, values and costs, at most one visit per page and period, as the scheduler
+    plans (Cho & Garcia-Molina, TODS 2003, on the grid of :func:`~scrapy_costsched.model.grid_allocation`).
+    Both freshness figures are the model's, value-weighted, over the pages the shadow periods visited.
     """
 
     share: float
@@ -394,10 +394,16 @@ def _shadow_savings(shadow: list[PeriodAccounts], pages: list[PageState], config
     values = [resolve_value(p.value, config.value_tiers) or 1.0 for p in visited]
     mean_cost = spent / len(visited)
     costs = [cost_per_visit.get((p.host, p.page_type), mean_cost) for p in visited]
-    full = mean_freshness_of(rates, [1.0 / period_days] * len(visited), values)
+    total_value = sum(values)
+
+    def freshness(frequencies: list[float]) -> float:
+        return sum(v * expected_freshness(r, f, period_days)
+                   for v, r, f in zip(values, rates, frequencies, strict=True)) / total_value
+
+    full = freshness([1.0 / period_days] * len(visited))
     savings = []
     for share in SHADOW_SHARES:
         budget = share * spent
-        frequencies = solve_allocation(rates, budget / period_days, values, costs).frequencies
-        savings.append(ShadowSaving(share, budget, spent - budget, full, mean_freshness_of(rates, frequencies, values)))
+        allocation = grid_allocation(rates, budget / period_days, values, costs, cycle=period_days)
+        savings.append(ShadowSaving(share, budget, spent - budget, full, freshness(allocation.frequencies)))
     return savings

@@ -1,0 +1,127 @@
+"""The report as plain-text tables that fit 100 columns (``scrapy costsched-report``'s default output)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tabulate import tabulate
+
+if TYPE_CHECKING:
+    from scrapy_costsched.report import Figures, Rates, Report
+
+#: Widest line the terminal report writes.
+WIDTH = 100
+
+
+def amount(value: float | None, unit: str) -> str:
+    """A cost as people read it: bytes in kB/MB/GB (powers of 1000, as COSTSCHED_BUDGET reads them), else a
+    number with at most two decimals."""
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        for size, name in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if abs(value) >= size:
+                return f"{value / size:.2f} {name}"
+        return f"{value:.0f} B"
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def rate_range(rates: Rates) -> str:
+    """Median estimated change rate per day and its 10th-90th percentile spread."""
+    if rates.median is None or rates.p10 is None or rates.p90 is None:
+        return "-"
+    return f"{rates.median:.3g} ({rates.p10:.2g}-{rates.p90:.2g})"
+
+
+def _no_change(figures: Figures, unit: str) -> str:
+    return f"{figures.no_change} ({share(figures.no_change_share)}, {amount(figures.no_change_cost, unit)})"
+
+
+def _table(title: str, caption: str, headers: list[str], rows: list[list[Any]]) -> str:
+    body = tabulate(rows, headers, tablefmt="simple", disable_numparse=True) if rows else "(nothing yet)"
+    return f"{title}\n{caption}\n\n{body}\n"
+
+
+def render_terminal(report: Report) -> str:
+    unit = report.unit
+    sections = [
+        f"costsched report for {report.state}\n"
+        f"{len(report.periods)} budget periods, costs in {unit}, at {report.generated_at}"
+        + (f"; hosts: {', '.join(report.host_filter)}" if report.host_filter else "") + "\n",
+        _table(
+            "Budget periods",
+            "no-change: fetches that found the page as it was (share of compared fetches, their cost)",
+            ["period start", "budget", "spent", "visits", "new", "changed", "cost/change", "no-change", "304s"],
+            [[(p.start or "")[:10], "shadow" if p.budget is None else amount(p.budget, unit), amount(p.spent, unit),
+              p.figures.visits, p.figures.new, p.figures.changed, amount(p.figures.cost_per_change, unit),
+              _no_change(p.figures, unit), p.figures.not_modified] for p in report.periods],
+        ),
+        _table(
+            "Hosts",
+            "over the periods above; rate: estimated changes per day, median (10th-90th percentile)",
+            ["host", "pages", "visits", "spent", "changed", "cost/change", "no-change", "304 share", "rate"],
+            [[h.host, h.pages, h.figures.visits, amount(h.figures.spent, unit), h.figures.changed,
+              amount(h.figures.cost_per_change, unit),
+              _no_change(h.figures, unit), share(h.figures.not_modified_share), rate_range(h.rates)]
+             for h in report.hosts],
+        ),
+        _table(
+            "Host signals",
+            "verdicts on each validator (trusted, probation, distrusted, none), success rate and latency now",
+            ["host", "ETag", "Last-Modified", "304 answers", "health", "latency s", "blocked until"],
+            [[h.host, h.etag or "-", h.last_modified or "-", h.not_modified_answers or "-", share(h.health),
+              "-" if h.latency is None else f"{h.latency:.2f}", h.blocked_until or "-"] for h in report.hosts],
+        ),
+        _table(
+            "Page types",
+            "'-': requests that belong to no page (robots.txt)",
+            ["page type", "pages", "visits", "spent", "changed", "cost/change", "no-change", "rate"],
+            [[t.page_type, t.pages, t.figures.visits, amount(t.figures.spent, unit), t.figures.changed,
+              amount(t.figures.cost_per_change, unit),
+              _no_change(t.figures, unit), rate_range(t.rates)] for t in report.page_types],
+        ),
+        _dataset(report),
+        _table(
+            "Most spent on no-change fetches",
+            "pages whose fetches most often found nothing new, by what those fetches cost",
+            ["url", "visits", "changes", "no-change cost", "rate"],
+            [[_shorten(p.url, 56), p.visits, p.changes, amount(p.no_change_cost, unit),
+              "-" if p.rate is None else f"{p.rate:.3g}"] for p in report.wasteful_pages],
+        ),
+        _table(
+            "Next plan",
+            f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
+            "index = value x freshness gain / cost",
+            ["url", "index", "cost", "value", "rate", "days since"],
+            [[_shorten(p.url or "?", 48) + (" (hub)" if p.hub else ""), f"{p.index:.3g}", amount(p.cost, unit),
+              f"{p.value:g}", f"{p.rate:.3g}", "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}"]
+             for p in report.next_plan],
+        ),
+    ]
+    if report.shadow_savings:
+        sections.append(_table(
+            "What a budget would have saved (from the shadow periods)",
+            "model freshness of a full crawl each period against the optimal schedule at a smaller budget",
+            ["budget", "share", "saved", "freshness full", "at budget"],
+            [[amount(s.budget, unit), share(s.share), amount(s.saved, unit), share(s.freshness_full),
+              share(s.freshness_at_budget)] for s in report.shadow_savings],
+        ))
+    return "\n".join(sections)
+
+
+def _dataset(report: Report) -> str:
+    data = report.dataset
+    return (
+        "The dataset now\n"
+        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone; "
+        f"estimated freshness {share(data.freshness)} (value-weighted);\n"
+        f"{data.expected_missed_changes:.1f} changes expected since the pages' last visits\n"
+    )
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
