@@ -9,8 +9,8 @@ from tabulate import tabulate
 if TYPE_CHECKING:
     from scrapy_costsched.report import Figures, Rates, Report
 
-#: Widest line the terminal report writes.
-WIDTH = 100
+#: Width at which a table's first column (a host, a URL) wraps, so that tables fit 100 columns.
+FIRST_COLUMN = 40
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -37,12 +37,21 @@ def rate_range(rates: Rates) -> str:
     return f"{rates.median:.3g} ({rates.p10:.2g}-{rates.p90:.2g})"
 
 
-def _no_change(figures: Figures, unit: str) -> str:
-    return f"{figures.no_change} ({share(figures.no_change_share)}, {amount(figures.no_change_cost, unit)})"
+def _no_change(figures: Figures) -> str:
+    return f"{figures.no_change} ({share(figures.no_change_share)})"
 
 
 def _table(title: str, caption: str, headers: list[str], rows: list[list[Any]]) -> str:
-    body = tabulate(rows, headers, tablefmt="simple", disable_numparse=True) if rows else "(nothing yet)"
+    """A titled table; its first column (a host, a URL) wraps at :data:`FIRST_COLUMN` characters.
+
+    The header goes in as the first rows: tabulate pads a header row two characters wider than
+    its column, which would cost a table of nine columns 18 of its 100.
+    """
+    if not rows:
+        return f"{title}\n{caption}\n\n(nothing yet)\n"
+    widths: list[int | None] = [FIRST_COLUMN, *[None] * (len(headers) - 1)]
+    rule = ["-" * len(header) for header in headers]
+    body = tabulate([headers, rule, *rows], tablefmt="plain", disable_numparse=True, maxcolwidths=widths)
     return f"{title}\n{caption}\n\n{body}\n"
 
 
@@ -54,19 +63,20 @@ def render_terminal(report: Report) -> str:
         + (f"; hosts: {', '.join(report.host_filter)}" if report.host_filter else "") + "\n",
         _table(
             "Budget periods",
-            "no-change: fetches that found the page as it was (share of compared fetches, their cost)",
-            ["period start", "budget", "spent", "visits", "new", "changed", "cost/change", "no-change", "304s"],
+            "no-change: fetches that found the page as it was (their share of compared fetches, their cost)",
+            ["period", "budget", "spent", "visits", "new", "changed", "per change", "no-change", "its cost", "304s"],
             [[(p.start or "")[:10], "shadow" if p.budget is None else amount(p.budget, unit), amount(p.spent, unit),
               p.figures.visits, p.figures.new, p.figures.changed, amount(p.figures.cost_per_change, unit),
-              _no_change(p.figures, unit), p.figures.not_modified] for p in report.periods],
+              _no_change(p.figures), amount(p.figures.no_change_cost, unit), p.figures.not_modified]
+             for p in report.periods],
         ),
         _table(
             "Hosts",
-            "over the periods above; rate: estimated changes per day, median (10th-90th percentile)",
-            ["host", "pages", "visits", "spent", "changed", "cost/change", "no-change", "304 share", "rate"],
+            "over the periods above; 304s: share of answers; rate: changes a day, median (10th-90th pct.)",
+            ["host", "pages", "visits", "spent", "changed", "per change", "no-change", "304s", "rate"],
             [[h.host, h.pages, h.figures.visits, amount(h.figures.spent, unit), h.figures.changed,
               amount(h.figures.cost_per_change, unit),
-              _no_change(h.figures, unit), share(h.figures.not_modified_share), rate_range(h.rates)]
+              _no_change(h.figures), share(h.figures.not_modified_share), rate_range(h.rates)]
              for h in report.hosts],
         ),
         _table(
@@ -79,17 +89,17 @@ def render_terminal(report: Report) -> str:
         _table(
             "Page types",
             "'-': requests that belong to no page (robots.txt)",
-            ["page type", "pages", "visits", "spent", "changed", "cost/change", "no-change", "rate"],
+            ["page type", "pages", "visits", "spent", "changed", "per change", "no-change", "rate"],
             [[t.page_type, t.pages, t.figures.visits, amount(t.figures.spent, unit), t.figures.changed,
               amount(t.figures.cost_per_change, unit),
-              _no_change(t.figures, unit), rate_range(t.rates)] for t in report.page_types],
+              _no_change(t.figures), rate_range(t.rates)] for t in report.page_types],
         ),
         _dataset(report),
         _table(
             "Most spent on no-change fetches",
             "pages whose fetches most often found nothing new, by what those fetches cost",
             ["url", "visits", "changes", "no-change cost", "rate"],
-            [[_shorten(p.url, 56), p.visits, p.changes, amount(p.no_change_cost, unit),
+            [[p.url, p.visits, p.changes, amount(p.no_change_cost, unit),
               "-" if p.rate is None else f"{p.rate:.3g}"] for p in report.wasteful_pages],
         ),
         _table(
@@ -97,7 +107,7 @@ def render_terminal(report: Report) -> str:
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
             "index = value x freshness gain / cost",
             ["url", "index", "cost", "value", "rate", "days since"],
-            [[_shorten(p.url or "?", 48) + (" (hub)" if p.hub else ""), f"{p.index:.3g}", amount(p.cost, unit),
+            [[(p.url or "?") + (" (hub)" if p.hub else ""), f"{p.index:.3g}", amount(p.cost, unit),
               f"{p.value:g}", f"{p.rate:.3g}", "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}"]
              for p in report.next_plan],
         ),
@@ -121,7 +131,3 @@ def _dataset(report: Report) -> str:
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
         f"{data.expected_missed_changes:.1f} changes expected since the pages' last visits\n"
     )
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,157 @@
+"""``scrapy costsched-report`` after real crawls: its figures against the crawls' own stats and the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from scrapy_costsched.report.terminal import amount
+from tests.helpers import PROJECT, ROOT, CrawlResult, DemoSite, crawl, read_state, start_site
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+#: Two shadow days (onboarding), then two days under a budget.
+BUDGETS = (None, None, 25, 25)
+
+
+class History:
+    def __init__(self, site: DemoSite, state: Path, runs: list[CrawlResult]) -> None:
+        self.site, self.state, self.runs = site, state, runs
+
+    def report(self, *options: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``scrapy costsched-report`` in the example project, for its spider, at the time of the last crawl."""
+        env = dict(os.environ, DEMO_CLOCK_FILE=str(self.site.clock_file),
+                   PYTHONPATH=os.pathsep.join([str(PROJECT), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run([sys.executable, "-m", "scrapy", "costsched-report", "-s",
+                               f"COSTSCHED_STATE={self.state}", *options],
+                              cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, check=False)
+        if check:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    def json(self, *options: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.report("--json", *options).stdout)
+        return data
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    tmp = tmp_path_factory.mktemp("report")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DEMO_CLOCK_FILE", str(tmp / "clock"))
+    site, server = start_site(tmp, products=40, categories=2, seed=3, horizon_days=10, hosts=("honour", "ignore"))
+    state = tmp / "state.sqlite"
+    runs = []
+    for day, budget in enumerate(BUDGETS):
+        site.set_time(site.day(day))
+        # A progress line every 0.1 s (the default is a minute): each run lasts longer than that.
+        result = crawl(site, tmp / f"day{day}", state=state, budget=budget, tag=f"day{day}",
+                       settings={"COSTSCHED_LOG_INTERVAL": "0.1", "DOWNLOAD_DELAY": "0.01"})
+        assert result.returncode == 0, result.log[-3000:]
+        runs.append(result)
+    site.set_time(site.day(len(BUDGETS) - 1, hour=12))
+    yield History(site, state, runs)
+    server.shutdown()
+    mp.undo()
+
+
+def _observed_304s(stats: dict[str, Any]) -> int:
+    return int(stats.get("costsched/not_modified", 0) - stats.get("costsched/not_modified/false", 0)
+               - stats.get("costsched/not_modified/discarded", 0))
+
+
+def test_each_period_matches_its_crawl(history: History) -> None:
+    report = history.json()
+    assert [p["budget"] for p in report["periods"]] == list(BUDGETS)
+    assert [p["shadow"] for p in report["periods"]] == [b is None for b in BUDGETS]
+    for period, run in zip(report["periods"], history.runs, strict=True):
+        stats, figures = run.stats, period["figures"]
+        assert period["spent"] == stats["costsched/period_spent"]
+        assert figures["spent"] == pytest.approx(stats["costsched/spent"])
+        assert figures["visits"] == stats["costsched/visits"]
+        assert figures["by_reason"] == {reason: stats[f"costsched/visits/{reason}"]
+                                        for reason in ("discovery", "refresh") if f"costsched/visits/{reason}" in stats}
+        assert figures["new"] == stats.get("costsched/baseline", 0) + stats.get("costsched/rebaseline", 0)
+        assert figures["changed"] == stats.get("costsched/changed", 0)
+        # The crawl's "unchanged" stat counts 304s too.
+        assert figures["no_change"] == stats.get("costsched/unchanged", 0)
+        assert figures["not_modified"] == _observed_304s(stats)
+        if figures["changed"]:
+            assert figures["cost_per_change"] == pytest.approx(stats["costsched/spent"] / figures["changed"])
+    budgeted = report["periods"][2:]
+    assert all(p["figures"]["changed"] > 0 and p["figures"]["no_change"] > 0 for p in budgeted)
+    assert sum(p["figures"]["not_modified"] for p in budgeted) > 0  # the honest host earned validators
+
+
+def test_hosts_types_and_pages_add_up_to_the_store(history: History) -> None:
+    report, stored = history.json(), read_state(history.state)
+    pages = stored["pages"].values()
+    totals = report["totals"]
+    for scope in ("hosts", "page_types"):
+        for name in ("visits", "changed", "no_change", "attempts"):
+            assert sum(row["figures"][name] for row in report[scope]) == totals[name], (scope, name)
+        assert sum(row["figures"]["spent"] for row in report[scope]) == pytest.approx(totals["spent"])
+    assert totals["spent"] == pytest.approx(sum(p["spent"] for p in report["periods"]))
+    for host in report["hosts"]:
+        assert host["pages"] == sum(p["host"] == host["host"] for p in pages)
+        assert host["etag"] in ("trusted", "probation", "distrusted", "none")
+    verdicts = {host["host"]: host["not_modified_answers"] for host in report["hosts"]}
+    assert verdicts == {"127.0.0.1": "trusted", "127.0.0.2": "ignored"}  # the demo's honest and ignoring hosts
+    wasteful = report["wasteful_pages"]
+    assert wasteful[0]["no_change_cost"] == max(p["no_change_cost"] for p in pages) > 0
+    assert wasteful[0]["no_change_cost"] >= wasteful[-1]["no_change_cost"]
+    plan = report["next_plan"]
+    assert plan
+    assert [p["index"] for p in plan] == sorted((p["index"] for p in plan), reverse=True)
+    assert {p["url"] for p in plan} <= {p["url"] for p in pages}
+    assert report["dataset"]["pages"] == len(pages)
+    assert 0 < report["dataset"]["freshness"] < 1
+    assert report["dataset"]["expected_missed_changes"] > 0
+
+
+def test_shadow_periods_price_smaller_budgets(history: History) -> None:
+    savings = history.json()["shadow_savings"]
+    shadow_spend = sum(run.stats["costsched/spent"] for run in history.runs[:2]) / 2
+    assert [s["budget"] for s in savings] == pytest.approx([share * shadow_spend for share in (0.25, 0.5, 0.75)])
+    freshness = [s["freshness_at_budget"] for s in savings]
+    assert freshness == sorted(freshness)  # more budget, fresher
+    assert all(f <= s["freshness_full"] + 1e-9 for f, s in zip(freshness, savings, strict=True))
+
+
+def test_terminal_report_fits_100_columns_and_shows_the_figures(history: History) -> None:
+    report, text = history.json(), history.report().stdout
+    assert max(map(len, text.splitlines())) <= 100
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:4].isdigit()}
+    for period in report["periods"]:
+        row = rows[period["start"][:10]]
+        assert row[2] == amount(period["spent"], "requests")
+        assert row[6] == amount(period["figures"]["cost_per_change"], "requests")
+    for host in report["hosts"]:
+        assert host["host"] in text
+    assert "Next plan" in text
+    assert report["next_plan"][0]["url"] in text
+
+
+def test_filters_and_errors(history: History) -> None:
+    two = history.json("--last", "2")
+    assert [p["period"] for p in two["periods"]] == [p["period"] for p in history.json()["periods"][-2:]]
+    honest = history.json("--host", "127.0.0.1")
+    assert [h["host"] for h in honest["hosts"]] == ["127.0.0.1"]
+    assert all("127.0.0.1" in p["url"] for p in honest["next_plan"] + honest["wasteful_pages"])
+    missing = history.report("-s", f"COSTSCHED_STATE={history.state.parent / 'nope.sqlite'}", check=False)
+    assert missing.returncode != 0
+    assert "There is no costsched state" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_progress_is_logged_during_a_crawl(history: History) -> None:
+    shadow, budgeted = history.runs[0].log, history.runs[2].log
+    assert "costsched: shadow mode; this run:" in shadow
+    assert "of 25 requests spent this period; this run:" in budgeted
