@@ -400,6 +400,20 @@ def run(args: argparse.Namespace, report: dict[str, Any]) -> None:
         _print_bytes(report["bytes"])
     report["summary"] = summarize(report["days"], strategies)
     _print_summary(report["summary"])
+    if "costsched" in strategies:
+        report["report_html"] = str(costsched_report(state, workdir / "report.html", env))
+
+
+def costsched_report(state: Path, html: Path, env: dict[str, str]) -> Path:
+    """``scrapy costsched-report`` on costsched's state, as a user reads it after the last day; also as HTML."""
+    print("\n$ scrapy costsched-report --html report.html\n", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={state}",
+                           "--html", str(html)], cwd=HERE, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise DemoError(f"scrapy costsched-report failed: {proc.stderr.strip()[-2000:]}")
+    print(proc.stdout, flush=True)
+    print(f"HTML report with charts: {html}", flush=True)
+    return html
 
 
 def _header(strategies: Sequence[str]) -> str:

@@ -136,7 +136,9 @@ def test_terminal_report_fits_100_columns_and_shows_the_figures(history: History
     for host in report["hosts"]:
         assert host["host"] in text
     assert "Next plan" in text
-    assert report["next_plan"][0]["url"] in text
+    url = report["next_plan"][0]["url"]  # wrapped at 30 characters
+    assert url[:30] in text
+    assert url[30:] in text
 
 
 def test_filters_and_errors(history: History) -> None:
@@ -155,3 +157,12 @@ def test_progress_is_logged_during_a_crawl(history: History) -> None:
     shadow, budgeted = history.runs[0].log, history.runs[2].log
     assert "costsched: shadow mode; this run:" in shadow
     assert "of 25 requests spent this period; this run:" in budgeted
+
+
+def test_the_command_imports_nothing_heavy_when_scrapy_starts() -> None:
+    """Scrapy imports every command module at each start (``scrapy crawl`` too): the report's libraries wait."""
+    heavy = ("matplotlib", "jinja2", "tabulate", "scrapy_costsched.report")
+    probe = ("import sys, scrapy_costsched.commands.report; "
+             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert proc.stdout.strip() == ""

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from scrapy_costsched.report import Figures, Rates, Report
 
 #: Width at which a table's first column (a host, a URL) wraps, so that tables fit 100 columns.
-FIRST_COLUMN = 40
+FIRST_COLUMN = 30
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -69,14 +69,15 @@ def render_terminal(report: Report) -> str:
               p.figures.visits, p.figures.new, p.figures.changed, amount(p.figures.cost_per_change, unit),
               _no_change(p.figures), amount(p.figures.no_change_cost, unit), p.figures.not_modified]
              for p in report.periods],
-        ),
+        ) + "visits by reason: " + (", ".join(f"{reason} {count}" for reason, count in report.totals.by_reason.items())
+                                    or "none yet") + "\n",
         _table(
             "Hosts",
             "over the periods above; 304s: share of answers; rate: changes a day, median (10th-90th pct.)",
-            ["host", "pages", "visits", "spent", "changed", "per change", "no-change", "304s", "rate"],
+            ["host", "pages", "visits", "spent", "changed", "per change", "no-change", "its cost", "304s", "rate"],
             [[h.host, h.pages, h.figures.visits, amount(h.figures.spent, unit), h.figures.changed,
-              amount(h.figures.cost_per_change, unit),
-              _no_change(h.figures), share(h.figures.not_modified_share), rate_range(h.rates)]
+              amount(h.figures.cost_per_change, unit), _no_change(h.figures), amount(h.figures.no_change_cost, unit),
+              share(h.figures.not_modified_share), rate_range(h.rates)]
              for h in report.hosts],
         ),
         _table(
