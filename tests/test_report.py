@@ -147,6 +147,8 @@ def test_filters_and_errors(history: History) -> None:
     honest = history.json("--host", "127.0.0.1")
     assert [h["host"] for h in honest["hosts"]] == ["127.0.0.1"]
     assert all("127.0.0.1" in p["url"] for p in honest["next_plan"] + honest["wasteful_pages"])
+    assert sum(p["spent"] for p in honest["periods"]) == honest["hosts"][0]["figures"]["spent"]
+    assert honest["totals"]["spent"] < history.json()["totals"]["spent"]
     missing = history.report("-s", f"COSTSCHED_STATE={history.state.parent / 'nope.sqlite'}", check=False)
     assert missing.returncode != 0
     assert "There is no costsched state" in missing.stderr

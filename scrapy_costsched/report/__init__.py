@@ -252,10 +252,12 @@ def build_report(store: StateStorage, config: Config, state: str, *, last_period
     if last_periods is not None:
         periods = periods[-last_periods:] if last_periods > 0 else []
     unit = periods[-1].unit if periods else "requests"
-    rows = [PeriodRow(a.period, iso(a.period * a.period_seconds), a.budget,
-                      _ledger_spend(store, a) if host_filter is None else a.total("spent"), a.shadow, a.runs,
-                      Figures.of(c for _, _, c in _scoped(a, host_filter)))
-            for a in periods]
+    rows = []
+    for accounts in periods:
+        figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
+        rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.budget,
+                              _ledger_spend(store, accounts) if host_filter is None else figures.spent,
+                              accounts.shadow, accounts.runs, figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
