@@ -69,7 +69,10 @@ class Health:
         timed_out = status is None and elapsed is not None and timeout and elapsed >= 0.99 * timeout
         outcome = outcome_of(status, "timeout" if timed_out else None)
         host = urlparse_cached(request).hostname or ""
-        self.hosts.attempt(host, outcome, self._today(), billed, elapsed if status is not None else None)
+        # The server's latency as the download handler measured it (request sent to headers back), not
+        # the time since the slot took the request, which includes its DOWNLOAD_DELAY queue.
+        latency = request.meta.get("download_latency") if status is not None else None
+        self.hosts.attempt(host, outcome, self._today(), billed, latency if isinstance(latency, (int, float)) else None)
 
     # -- prices ------------------------------------------------------------
 
