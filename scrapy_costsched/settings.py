@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_REQUEST_OVERHEAD": 0,
     "COSTSCHED_RESERVE_DISCOVERY": 0.1,
     "COSTSCHED_STATE": None,
+    "COSTSCHED_STORE_RECORDS": False,
     "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
     "COSTSCHED_VERIFY_SHARE": 0.1,
 }
@@ -328,6 +329,7 @@ class Config:
     render_factor: float = 10.0
     max_sizes: dict[str, int] = field(default_factory=dict)
     billed_statuses: frozenset[int] = frozenset(range(200, 400))
+    store_records: bool = False
 
     @property
     def shadow(self) -> bool:
@@ -400,6 +402,7 @@ class Config:
             render_factor=_factor(settings, "COSTSCHED_RENDER_FACTOR"),
             max_sizes=_max_sizes(get("COSTSCHED_MAXSIZE")),
             billed_statuses=billed_statuses(get("COSTSCHED_BILLED_STATUSES")),
+            store_records=get_bool(settings, "COSTSCHED_STORE_RECORDS"),
         )
 
 
