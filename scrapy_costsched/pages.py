@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from itemadapter import ItemAdapter
 from scrapy.utils.request import request_from_dict
 
 from scrapy_costsched.model import ChangeStats, RateEstimate
@@ -118,6 +121,9 @@ class PageState:
     """Bytes a 304 answer for the page moved."""
     no_change_cost: float = 0.0
     """What the visits that found the page unchanged cost, all told (the report's most wasteful pages)."""
+    items: list[dict[str, Any]] | None = None
+    """With ``COSTSCHED_STORE_RECORDS``: the items of the last full visit as they left the pipelines
+    (:func:`stored_item`), current as of :attr:`last_visit` (a 304 confirms them)."""
 
     @property
     def group(self) -> str:
@@ -159,6 +165,36 @@ class PageState:
             return cls(**fields)
         except (TypeError, KeyError) as exc:
             raise ValueError(f"malformed page record: {exc}") from None
+
+
+def stored_item(item: Any) -> dict[str, Any]:
+    """*item*'s fields as ``COSTSCHED_STORE_RECORDS`` keeps them: JSON, with what JSON cannot hold as text
+    (dates and times in ISO 8601, a set's elements sorted, so the same item is always stored the same).
+
+    >>> import datetime
+    >>> stored_item({"sku": "a", "at": datetime.date(2026, 1, 2), "tags": {"b", "a"}, "price": float("nan")})
+    {'sku': 'a', 'at': '2026-01-02', 'tags': "{'a', 'b'}", 'price': 'nan'}
+
+    Raises what :class:`~itemadapter.ItemAdapter` or a value's ``str()`` raises (``TypeError`` for an
+    object that is not an item, ``RecursionError`` for one that contains itself).
+    """
+    return _json_safe(ItemAdapter(item).asdict())  # type: ignore[no-any-return]
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {key if isinstance(key, str) else str(key): _json_safe(inner) for key, inner in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(inner) for inner in value]
+    if isinstance(value, (datetime.date, datetime.time)):  # datetimes too
+        return value.isoformat()
+    if isinstance(value, (set, frozenset)):  # iteration order depends on PYTHONHASHSEED
+        return "{" + ", ".join(sorted(map(repr, value))) + "}" if value else "set()"
+    return str(value)
 
 
 class Summary(NamedTuple):

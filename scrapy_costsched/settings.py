@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_REQUEST_OVERHEAD": 0,
     "COSTSCHED_RESERVE_DISCOVERY": 0.1,
     "COSTSCHED_STATE": None,
+    "COSTSCHED_STORE_RECORDS": False,
     "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
     "COSTSCHED_VERIFY_SHARE": 0.1,
 }
@@ -331,6 +332,7 @@ class Config:
     billed_statuses: frozenset[int] = frozenset(range(200, 400))
     log_interval: float = 60.0
     """Seconds between progress lines in the log; 0 for none."""
+    store_records: bool = False
 
     @property
     def shadow(self) -> bool:
@@ -404,6 +406,7 @@ class Config:
             max_sizes=_max_sizes(get("COSTSCHED_MAXSIZE")),
             billed_statuses=billed_statuses(get("COSTSCHED_BILLED_STATUSES")),
             log_interval=_interval("COSTSCHED_LOG_INTERVAL", get("COSTSCHED_LOG_INTERVAL")),
+            store_records=get_bool(settings, "COSTSCHED_STORE_RECORDS"),
         )
 
 

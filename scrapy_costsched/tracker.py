@@ -38,7 +38,15 @@ from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate, rank_head
 from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
-from scrapy_costsched.pages import MeanBytes, PageState, Summary, group_of, make_template, request_from_template
+from scrapy_costsched.pages import (
+    MeanBytes,
+    PageState,
+    Summary,
+    group_of,
+    make_template,
+    request_from_template,
+    stored_item,
+)
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
 from scrapy_costsched.slots import HostPaused
@@ -127,6 +135,7 @@ class Tracker:
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
         self.volatile = VolatileFields()
+        self._stored_items: dict[int, list[dict[str, Any]]] = {}  # visit token -> its items (COSTSCHED_STORE_RECORDS)
         for handler, signal in (
             (self._spider_opened, signals.spider_opened),
             (self._spider_closed, signals.spider_closed),
@@ -928,6 +937,8 @@ class Tracker:
             self._add_to_record(visit, item)
 
     def _add_to_record(self, visit: Visit, item: Any) -> None:
+        if self.config.store_records:
+            self._store_item(visit, item)
         item_hash = self._hash(item)
         if item_hash is None:
             return
@@ -943,6 +954,16 @@ class Tracker:
             unchanged = page.item_keys.get(item_key) == item_hash if item_key is not None \
                 else item_hash in page.item_hashes
             self.stats.inc_value(f"costsched/items/{'unchanged' if unchanged else 'changed'}")
+
+    def _store_item(self, visit: Visit, item: Any) -> None:
+        """Keep *item* as it left the pipelines, for the page's stored record; one that cannot be kept is skipped."""
+        try:
+            stored = stored_item(item)
+        except Exception as exc:  # noqa: BLE001 - an item's adapter or a value's str() may raise anything
+            logger.debug("costsched: an item of %s is left out of its stored record: %r", visit.page_key, exc)
+            self.stats.inc_value("costsched/items/unstorable")
+            return
+        self._stored_items.setdefault(visit.token, []).append(stored)
 
     def _item_scraped(self, item: Any, response: Response | None, spider: Spider) -> None:
         """The item as it left the pipelines: that is what its page's record holds."""
@@ -969,6 +990,7 @@ class Tracker:
     def _observe(self, visit: Visit) -> None:
         """Turn a finished visit into exactly one observation of its page."""
         key = visit.page_key
+        stored_items = self._stored_items.pop(visit.token, None)
         page = self.page(key)
         if page is None or self.store is None:
             return
@@ -1001,6 +1023,7 @@ class Tracker:
             else:
                 previous_fields = page.field_hashes
                 outcome = self.learner.record(page, visit)
+                page.items = stored_items  # replaced by full visits only: a 304 confirms the stored items
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
                 self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None)

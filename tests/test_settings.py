@@ -97,7 +97,7 @@ def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: 
 
 def test_the_boolean_settings_are_known() -> None:
     assert BOOLEAN_SETTINGS == ["COSTSCHED_CONDITIONAL", "COSTSCHED_DELIVER_NOT_MODIFIED", "COSTSCHED_DROP_UNCHANGED",
-                                "COSTSCHED_ENABLED", "COSTSCHED_HEALTH"]
+                                "COSTSCHED_ENABLED", "COSTSCHED_HEALTH", "COSTSCHED_STORE_RECORDS"]
 
 
 @pytest.mark.parametrize("name", BOOLEAN_SETTINGS)
