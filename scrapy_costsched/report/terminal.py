@@ -9,8 +9,10 @@ from tabulate import tabulate
 if TYPE_CHECKING:
     from scrapy_costsched.report import Figures, Rates, Report
 
-#: Width at which a table's first column (a host, a URL) wraps, so that tables fit 100 columns.
+#: Width at which a table's first column (a host, a page type) wraps, so that tables fit 100 columns.
 FIRST_COLUMN = 30
+#: URLs longer than this are shortened in the middle (``--json`` and ``--html`` have them whole).
+URL_WIDTH = 56
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -42,7 +44,7 @@ def _no_change(figures: Figures) -> str:
 
 
 def _table(title: str, caption: str, headers: list[str], rows: list[list[Any]]) -> str:
-    """A titled table; its first column (a host, a URL) wraps at :data:`FIRST_COLUMN` characters.
+    """A titled table; its first column (a host, a page type) wraps at :data:`FIRST_COLUMN` characters.
 
     The header goes in as the first rows: tabulate pads a header row two characters wider than
     its column, which would cost a table of nine columns 18 of its 100.
@@ -99,18 +101,18 @@ def render_terminal(report: Report) -> str:
         _table(
             "Most spent on no-change fetches",
             "pages whose fetches most often found nothing new, by what those fetches cost",
-            ["url", "visits", "changes", "no-change cost", "rate"],
-            [[p.url, p.visits, p.changes, amount(p.no_change_cost, unit),
-              "-" if p.rate is None else f"{p.rate:.3g}"] for p in report.wasteful_pages],
+            ["visits", "changes", "no-change cost", "rate", "url"],
+            [[p.visits, p.changes, amount(p.no_change_cost, unit), "-" if p.rate is None else f"{p.rate:.3g}",
+              _url(p.url)] for p in report.wasteful_pages],
         ),
         _table(
             "Next plan",
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
             "index = value x freshness gain / cost",
-            ["url", "index", "cost", "value", "rate", "days since"],
-            [[(p.url or "?") + (" (hub)" if p.hub else ""), f"{p.index:.3g}", amount(p.cost, unit),
-              f"{p.value:g}", f"{p.rate:.3g}", "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}"]
-             for p in report.next_plan],
+            ["index", "cost", "value", "rate", "days since", "url"],
+            [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
+              "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
+              _url(p.url or "?") + (" (hub)" if p.hub else "")] for p in report.next_plan],
         ),
     ]
     if report.shadow_savings:
@@ -132,3 +134,10 @@ def _dataset(report: Report) -> str:
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
         f"{data.expected_missed_changes:.1f} changes expected since the pages' last visits\n"
     )
+
+
+def _url(url: str) -> str:
+    if len(url) <= URL_WIDTH:
+        return url
+    half = (URL_WIDTH - 3) // 2
+    return f"{url[:half]}...{url[-(URL_WIDTH - 3 - half):]}"
