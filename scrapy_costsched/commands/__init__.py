@@ -44,7 +44,7 @@ class StateCommand(ScrapyCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         parser.add_argument("--state", metavar="URI",
-                            help="the state to read (a path or sqlite:///path); default: the spider's")
+                            help="the state to read (a path or sqlite:///path), by default the spider's")
         parser.add_argument("--spider", dest="spider_name", metavar="SPIDER",
                             help="the spider whose state to read (needed unless --state is given, or the "
                                  "project has a single spider)")
