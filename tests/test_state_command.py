@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from scrapy_costsched.commands.state import EXPORT_FORMAT
+from scrapy_costsched.learner import DAY
 from scrapy_costsched.model import p_changed
 from scrapy_costsched.model.scoring import Candidate, score
 from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage
 from tests.helpers import PROJECT, ROOT, read_state
-from tests.newssite import DAY, NEWS_PROJECT, NewsSite, run_news
+from tests.newssite import NEWS_PROJECT, NewsSite, run_news
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
