@@ -196,6 +196,9 @@ def test_import_refuses_a_state_that_is_not_empty_or_in_use(history: tuple[NewsS
     finally:
         holder.close()
     assert read_state(in_use)["pages"] == {}
+    # Empty, as a crawl refused at once leaves it: the import goes in.
+    costsched_state(site, "import", str(exported), "--state", str(in_use))
+    assert read_state(in_use)["pages"] == read_state(state)["pages"]
 
 
 def _with_line(lines: list[str], number: int, text: str) -> list[str]:

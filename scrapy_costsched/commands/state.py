@@ -287,6 +287,12 @@ def _when(moment: dict[str, Any] | None, missing: str = "never") -> str:
     return missing if moment is None else f"{moment['iso']} ({_age(moment['age_days'])})"
 
 
+def _amount(amount: float, unit: str) -> str:
+    """``1 request``, ``2.5 requests``, ``10080 bytes``."""
+    number = f"{amount:.0f}" if amount >= 100 else f"{amount:.4g}"
+    return f"{number} {unit[:-1] if number == '1' and unit.endswith('s') else unit}"
+
+
 def _bytes(mean: dict[str, Any] | None) -> str:
     return "not measured" if mean is None else f"{mean['mean']:.0f} (mean of {mean['count']})"
 
@@ -304,9 +310,10 @@ def render(page: dict[str, Any]) -> str:
         cost_text = "not planned now"
     else:
         index_text = f"{page['index']:.4g} ({page['objective']}, {page['cycle_days']:g}-day cycle)"
-        cost_text = f"{cost['full']:.4g} {cost['unit']}"
+        cost_text = _amount(cost["full"], cost["unit"])
         if cost["not_modified"] is not None:
-            cost_text += f", {cost['not_modified']:.4g} if answered 304, {cost['expected']:.4g} expected"
+            cost_text += (f", {_amount(cost['not_modified'], cost['unit'])} if answered 304, "
+                          f"{_amount(cost['expected'], cost['unit'])} expected")
     template = page["template"]
     if template is None:
         template_text = "none (its callback is not a spider method: only the spider can yield it)"
@@ -421,15 +428,17 @@ def _rows(lines: IO[bytes], source: str) -> Iterator[tuple[str, str, Any, list[A
             return UsageError(f"{source} line {number}: {problem}; nothing was imported.", print_help=False)
 
         try:
-            row = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            row = json.loads(raw.decode("utf-8").rstrip("\r\n"), parse_constant=_reject_constant)
         except UnicodeDecodeError:
             raise fail("not UTF-8 text") from None
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
+            raise fail(f"not JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:  # NaN or an infinity
             raise fail(f"not JSON ({exc})") from None
         if number == 1:
             if not isinstance(row, dict) or row.get("format") != EXPORT_FORMAT or set(row) != {"format", "version"}:
-                raise fail(f"not a scrapy-costsched export (its first line is {{\"format\": {EXPORT_FORMAT!r}, "
-                           "\"version\": ...}})")
+                raise fail(f'not a scrapy-costsched export (its first line is {{"format": "{EXPORT_FORMAT}", '
+                           '"version": N})')
             if row["version"] != SCHEMA_VERSION:
                 raise fail(f"an export of schema version {row['version']!r}, and this scrapy-costsched imports "
                            f"version {SCHEMA_VERSION}")
