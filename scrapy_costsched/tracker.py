@@ -35,7 +35,7 @@ from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
-from scrapy_costsched.model.scoring import Candidate, rank_head
+from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.model.validators import verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import (
@@ -83,8 +83,6 @@ GONE_AFTER = 3
 GONE_RECHECK_PERIODS = 30
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
-#: Pages of the next plan's head kept in the state (meta ``next_plan``) for the report.
-NEXT_PLAN_PAGES = 20
 
 
 def _reactor_running() -> bool:
@@ -199,15 +197,9 @@ class Tracker:
         except StateError:
             store.close()
             raise
-        self.store = store
-        self.pages = PageBook(store, self.stats)
-        self.hosts = HostBook(store, self.stats)
-        self.health = Health(self.crawler, self.config, self.billing, self.hosts, self.now)
-        self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
-        period = int(self.now() // self.config.budget_period)
-        budget = self.config.budget.amount if self.config.budget is not None else None
-        self._ledger = Ledger(store, period, budget, self._commit_grant)
-        self.accounts = Accounts(store, period, self.config.budget_period, budget, self.billing.unit)
+        self.attach(store)
+        budget = self.ledger.budget
+        self.accounts = Accounts(store, self.ledger.period, self.config.budget_period, budget, self.billing.unit)
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
         self.volatile = VolatileFields.from_state(store.get_meta("volatile_fields") or {})
         self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)
@@ -224,6 +216,18 @@ class Tracker:
                 logger.warning("costsched: billing by the byte, but %s", gap)
         if self._unstorable:
             self._warn_unstorable(sorted(self._unstorable))
+
+    def attach(self, store: StateStorage) -> None:
+        """The rooms planning reads, over an open *store*: what :meth:`open` sets up for a crawl, and what the
+        commands set up over a read-only store to see a page, or the next plan, as the scheduler would."""
+        self.store = store
+        self.pages = PageBook(store, self.stats)
+        self.hosts = HostBook(store, self.stats)
+        self.health = Health(self.crawler, self.config, self.billing, self.hosts, self.now)
+        self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
+        period = int(self.now() // self.config.budget_period)
+        budget = self.config.budget.amount if self.config.budget is not None else None
+        self._ledger = Ledger(store, period, budget, self._commit_grant)
 
     def _check_fingerprinter(self, store: StateStorage, state: str) -> None:
         fingerprinter = type(self.crawler.request_fingerprinter)
@@ -301,30 +305,9 @@ class Tracker:
             groups = self.pages.groups() if self.pages.indexed else None
             refitted = self.learner.refit_priors(seed=self.ledger.period, groups=groups)
             self.stats.set_value("costsched/priors_refitted", refitted)
-            self._store_next_plan()
         finally:
             self.store.close()
             self.store = None
-
-    def _store_next_plan(self) -> None:
-        """The head of the next run's ranking, as the scheduler will rank it at the next period's start
-        with the priors just refitted: what ``scrapy costsched-report`` shows as the next plan."""
-        if self.config.budget is None:
-            return
-        assert self.store is not None
-        when = max(self.now(), (self.ledger.period + 1) * self.config.budget_period)
-        head, _ = rank_head(self.candidates(when), self.config.budget.amount, self.config.objective,
-                            cycle=self.config.budget_period / DAY)
-        pages = []
-        for index, candidate in head[:NEXT_PLAN_PAGES]:
-            page = self.page(candidate.key)
-            pages.append({
-                "key": candidate.key, "url": page.url if page else None, "index": index,
-                "cost": candidate.cost, "value": candidate.value, "rate": candidate.rate,
-                "days_since_visit": None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                "hub": candidate.hub is not None,
-            })
-        self.store.set_meta("next_plan", {"time": when, "pages": pages})
 
     def _summarise(self, reason: str) -> None:
         get = self.stats.get_value

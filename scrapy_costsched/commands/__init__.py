@@ -7,6 +7,7 @@ templates) is imported inside ``run``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,11 +25,42 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from scrapy_costsched.storage import StateStorage
+    from scrapy_costsched.tracker import Tracker
 
 
 def default_state(spider_name: str, createdir: bool = False) -> str:
     """Where a spider's state lives when ``COSTSCHED_STATE`` is not set: the project's data dir."""
     return str(Path(data_path("costsched", createdir=createdir)) / f"{spider_name}.sqlite")
+
+
+@dataclass
+class Target:
+    """The state a command works on (*uri*), and the settings of the crawl that writes it: *config* gives
+    its clock, budget and billing, as the crawl reads them."""
+
+    uri: str
+    config: Config
+    settings: Settings
+
+
+def reading_tracker(target: Target, store: StateStorage) -> Tracker:
+    """A tracker with the crawl's settings (add-ons applied), request fingerprinter and billing model over an
+    open (read-only) *store*, never opened for a crawl: planning's view of a page, or of the next plan."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.misc import build_from_crawler
+
+    from scrapy_costsched.tracker import Tracker
+
+    crawler = Crawler(Spider, target.settings)
+    crawler.addons.load_settings(crawler.settings)  # an add-on may set REQUEST_FINGERPRINTER_CLASS
+    crawler.stats = StatsCollector(crawler)
+    crawler.request_fingerprinter = build_from_crawler(
+        load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
+    tracker = Tracker(crawler, target.config)
+    tracker.attach(store)
+    return tracker
 
 
 class StateCommand(ScrapyCommand):
@@ -67,8 +99,8 @@ class StateCommand(ScrapyCommand):
             spidercls.update_settings(settings)
         return settings, name
 
-    def state_location(self, opts: argparse.Namespace) -> tuple[str, Config]:
-        """The state URI to open and the spider's costsched configuration (its clock above all)."""
+    def target(self, opts: argparse.Namespace) -> Target:
+        """The state to work on and the settings of the crawl that writes it."""
         settings, name = self.spider_settings(opts)
         try:
             config = Config.from_settings(settings)
@@ -79,7 +111,7 @@ class StateCommand(ScrapyCommand):
             if name is None:
                 raise UsageError("name the spider (--spider NAME) or the state (--state PATH)", print_help=False)
             state = default_state(name)
-        return state, config
+        return Target(state, config, settings)
 
     def open_state(self, state: str, read_only: bool = True) -> StateStorage:
         """The opened store; a ``StateError`` (missing, foreign, in use) becomes the command's one-line error."""

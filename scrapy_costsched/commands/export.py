@@ -63,26 +63,25 @@ class Command(StateCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
             raise UsageError("give one output FILE (or - for stdout, with -t FORMAT)", print_help=False)
-        target = args[0]
-        settings, _ = self.spider_settings(opts)
-        exporter_path = _exporter_path(settings, target, opts.format)
-        state, config = self.state_location(opts)
-        store = self.open_state(state)
+        output = args[0]
+        state = self.target(opts)
+        exporter_path = _exporter_path(state.settings, output, opts.format)
+        store = self.open_state(state.uri)
         try:
             snapshot = Snapshot(store, set(opts.host or ()), set(opts.page_type or ()))
             fields = snapshot.scan()
             if not snapshot.stored:
                 raise UsageError(
-                    f"The costsched state {state!r} holds no stored records: set COSTSCHED_STORE_RECORDS = True in "
+                    f"The costsched state {state.uri!r} holds no stored records: set COSTSCHED_STORE_RECORDS = True in "
                     "the project's settings; each page keeps its items from its next full visit on.",
                     print_help=False)
-            pages, items = snapshot.write(target, exporter_path, _feed_options(settings, fields),
-                                          float(config.clock()))
+            pages, items = snapshot.write(output, exporter_path, _feed_options(state.settings, fields),
+                                          float(state.config.clock()))
         finally:
             store.close()
         skipped = f"; {snapshot.unreadable} unreadable pages skipped" if snapshot.unreadable else ""
         print(f"costsched-export: {pages} pages, {items} items written to "
-              f"{'stdout' if target == '-' else target}{skipped}", file=sys.stderr)
+              f"{'stdout' if output == '-' else output}{skipped}", file=sys.stderr)
 
 
 def _exporter_path(settings: BaseSettings, target: str, format_: str | None) -> Any:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import UsageError
 
-from scrapy_costsched.commands import StateCommand
+from scrapy_costsched.commands import StateCommand, reading_tracker
 
 if TYPE_CHECKING:
     import argparse
@@ -40,10 +40,10 @@ class Command(StateCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         if opts.last is not None and opts.last < 1:
             raise UsageError("--last takes a number of periods, 1 or more", print_help=False)
-        state, config = self.state_location(opts)
-        store = self.open_state(state)
+        state = self.target(opts)
+        store = self.open_state(state.uri)
         try:
-            report = build_report(store, config, state, last_periods=opts.last, hosts=opts.host)
+            report = build_report(reading_tracker(state, store), state.uri, last_periods=opts.last, hosts=opts.host)
         finally:
             store.close()
         if opts.html:

@@ -19,15 +19,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from scrapy.exceptions import UsageError
 
-from scrapy_costsched.commands import StateCommand
+from scrapy_costsched.commands import StateCommand, Target, reading_tracker
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterator
 
-    from scrapy.settings import Settings
-
-    from scrapy_costsched.settings import Config
     from scrapy_costsched.storage import StateStorage
     from scrapy_costsched.tracker import Tracker
 
@@ -68,25 +65,24 @@ class Command(StateCommand):
         action, target = args
         if opts.json and action != "show":
             raise UsageError("--json is an option of show", print_help=False)
-        state, config = self.state_location(opts)
+        state = self.target(opts)
         if action == "show":
-            self._show(state, config, target, opts)
+            self._show(state, target, opts)
         elif action == "export":
-            self._export(state, target)
+            self._export(state.uri, target)
         else:
-            self._import(state, target)
+            self._import(state.uri, target)
 
     # -- show ----------------------------------------------------------------
 
-    def _show(self, state: str, config: Config, url: str, opts: argparse.Namespace) -> None:
-        settings, _ = self.spider_settings(opts)
-        tracker = _reading_tracker(settings, config)
-        store = self.open_state(state, read_only=True)
+    def _show(self, state: Target, url: str, opts: argparse.Namespace) -> None:
+        store = self.open_state(state.uri, read_only=True)
         try:
+            tracker = reading_tracker(state, store)
             found = _find_page(store, tracker, url)
             if found is None:
-                raise UsageError(f"{url} is not a page of the costsched state {state!r}", print_help=False)
-            description = describe(tracker, store, *found)
+                raise UsageError(f"{url} is not a page of the costsched state {state.uri!r}", print_help=False)
+            description = describe(tracker, *found)
         finally:
             store.close()
         if opts.json:
@@ -141,24 +137,6 @@ class Command(StateCommand):
         print(f"Imported {pages} pages and {metas} meta rows from {source} into {state}")
 
 
-def _reading_tracker(settings: Settings, config: Config) -> Tracker:
-    """A tracker with the crawl's settings (add-ons applied), its request fingerprinter and billing model,
-    never opened: :func:`describe` attaches its rooms to a read-only store."""
-    from scrapy import Spider
-    from scrapy.crawler import Crawler
-    from scrapy.statscollectors import StatsCollector
-    from scrapy.utils.misc import build_from_crawler, load_object
-
-    from scrapy_costsched.tracker import Tracker
-
-    crawler = Crawler(Spider, settings)
-    crawler.addons.load_settings(crawler.settings)  # an add-on may set REQUEST_FINGERPRINTER_CLASS
-    crawler.stats = StatsCollector(crawler)
-    crawler.request_fingerprinter = build_from_crawler(
-        load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
-    return Tracker(crawler, config)
-
-
 def _find_page(store: StateStorage, tracker: Tracker, url: str) -> tuple[str, dict[str, Any]] | None:
     """The fingerprint and stored record of *url*'s page: by the fingerprint of ``Request(url)``, else the
     page stored with that URL (a fingerprinter that canonicalises, or a page moved by a redirect)."""
@@ -178,21 +156,6 @@ def _find_page(store: StateStorage, tracker: Tracker, url: str) -> tuple[str, di
     return None
 
 
-def _attach_rooms(tracker: Tracker, store: StateStorage) -> None:
-    """The tracker's rooms that planning reads, over *store* (as :meth:`Tracker.open` sets them up)."""
-    from scrapy_costsched.health import Health
-    from scrapy_costsched.hosts import HostBook
-    from scrapy_costsched.learner import Learner
-    from scrapy_costsched.pagebook import PageBook
-
-    tracker.store = store
-    tracker.pages = PageBook(store, tracker.stats)
-    tracker.hosts = HostBook(store, tracker.stats)
-    tracker.health = Health(tracker.crawler, tracker.config, tracker.billing, tracker.hosts, tracker.now)
-    tracker.learner = Learner(store, tracker.stats, tracker.hosts, tracker.config.history_half_life,
-                              tracker.hasher.config_id)
-
-
 def _moment(t: float | None, now: float) -> dict[str, Any] | None:
     """A stored time (epoch seconds) as a date and its age in days by the crawl's clock (negative: ahead)."""
     from scrapy_costsched.learner import DAY
@@ -203,7 +166,7 @@ def _moment(t: float | None, now: float) -> dict[str, Any] | None:
     return {"epoch": t, "iso": iso, "age_days": (now - t) / DAY}
 
 
-def describe(tracker: Tracker, store: StateStorage, fingerprint: str, record: dict[str, Any]) -> dict[str, Any]:
+def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict[str, Any]:
     """What *record* holds, and what planning makes of it now: its rate, P(changed) and index.
 
     The index is the scheduler's: the page becomes a candidate as :meth:`Tracker.candidates` makes one and
@@ -219,7 +182,6 @@ def describe(tracker: Tracker, store: StateStorage, fingerprint: str, record: di
     except ValueError as exc:
         raise UsageError(f"the stored page {fingerprint} ({record.get('url')}) is unreadable: {exc}",
                          print_help=False) from None
-    _attach_rooms(tracker, store)
     config, now = tracker.config, tracker.now()
     cycle = config.budget_period / DAY  # CostAwareScheduler.cycle: one plan per budget period
     estimate = page.estimate

@@ -8,34 +8,33 @@ accounts (:mod:`~scrapy_costsched.accounts`), the ledger, the host book and the 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scrapy.settings import Settings
-from scrapy.statscollectors import MemoryStatsCollector
-
 from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
-from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.learner import DAY
-from scrapy_costsched.model import RatePrior, expected_freshness, grid_allocation, p_changed
+from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
+from scrapy_costsched.model.scoring import rank_head
 from scrapy_costsched.pages import PageState
-from scrapy_costsched.settings import resolve_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from scrapy_costsched.settings import Config
+    from scrapy_costsched.hosts import HostBook
     from scrapy_costsched.storage import StateStorage
+    from scrapy_costsched.tracker import Tracker
 
 #: Pages listed among those whose no-change fetches cost most.
 WASTEFUL_PAGES = 10
 #: Budgets, as shares of what a shadow period spent, at which the report prices what the optimum keeps.
 SHADOW_SHARES = (0.25, 0.5, 0.75)
+#: Pages of the next plan's head the report lists.
+NEXT_PLAN_PAGES = 20
 #: Rates kept per page type for the distribution chart (an even sample of the sorted rates beyond that).
 RATE_SAMPLE = 500
 
@@ -243,15 +242,15 @@ def _ledger_spend(store: StateStorage, accounts: PeriodAccounts) -> float:
     return float(spent) if isinstance(spent, (int, float)) else accounts.total("spent")
 
 
-def build_report(store: StateStorage, config: Config, state: str, *, last_periods: int | None = None,
+def build_report(tracker: Tracker, state: str, *, last_periods: int | None = None,
                  hosts: Iterable[str] = ()) -> Report:
-    """Everything the report shows, from an open *store*, at the time of *config*'s clock."""
-    now = float(config.clock())
+    """Everything the report shows, from the state *tracker* reads (:func:`~scrapy_costsched.commands.reading_tracker`),
+    at the time of its clock: its rooms price and rank pages as the crawl's do."""
+    store, now = tracker.store, tracker.now()
+    assert store is not None
     host_filter = set(hosts) or None
-    periods = stored_periods(store)
-    if last_periods is not None:
-        periods = periods[-last_periods:] if last_periods > 0 else []
-    unit = periods[-1].unit if periods else "requests"
+    stored = stored_periods(store)
+    periods = stored[-last_periods:] if last_periods is not None and last_periods > 0 else stored
     rows = []
     for accounts in periods:
         figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
@@ -259,28 +258,52 @@ def build_report(store: StateStorage, config: Config, state: str, *, last_period
                               _ledger_spend(store, accounts) if host_filter is None else figures.spent,
                               accounts.shadow, accounts.runs, figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
-    priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
 
     def rate_of(page: PageState) -> float:
-        return page.estimate.rate if page.estimate else priors.get(page.group, RatePrior()).median
+        return page.estimate.rate if page.estimate else tracker.prior_rate(page.group)
 
+    # The budget the settings give, else the last crawl's (a budget given on the command line, as cron jobs do).
+    budget = tracker.config.budget.amount if tracker.config.budget is not None else \
+        next((a.budget for a in reversed(stored) if a.budget is not None), None)
+    planned_at, planned = plan_ahead(tracker, budget)
     return Report(
-        state=state, unit=unit, generated_at=iso(now), periods=rows,
+        state=state, unit=tracker.billing.unit, generated_at=iso(now), periods=rows,
         totals=Figures.of(c for _, _, c in groups),
-        hosts=_hosts(store, groups, pages, now),
+        hosts=_hosts(tracker.hosts, groups, pages, now),
         page_types=_page_types(groups, pages),
-        dataset=_dataset(pages, config, rate_of, now),
+        dataset=_dataset(pages, tracker.value_of, rate_of, now),
         wasteful_pages=[
             PageRow(p.url, p.host, p.page_type, p.visits, p.changes, p.no_change_cost,
                     p.estimate.rate if p.estimate else None)
             for p in sorted(pages, key=lambda p: (-p.no_change_cost, p.url))[:WASTEFUL_PAGES] if p.no_change_cost > 0
         ],
-        next_plan=_next_plan(store, host_filter),
-        next_plan_at=iso((store.get_meta("next_plan") or {}).get("time")),
-        shadow_savings=_shadow_savings([a for a in periods if a.shadow], pages, config, rate_of, host_filter),
+        next_plan=[p for p in planned if host_filter is None or _host_of(p.url or "") in host_filter],
+        next_plan_at=iso(planned_at),
+        shadow_savings=_shadow_savings([a for a in periods if a.shadow], pages, tracker.value_of, rate_of,
+                                       host_filter),
         host_filter=sorted(host_filter or ()),
     )
+
+
+def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, list[PlannedPage]]:
+    """The head of the next run's ranking for a period *budget*, as the scheduler would rank it: now, on what
+    is left of this period's budget, or at the next period's start when nothing is left. ``(None, [])``
+    without a budget (shadow mode plans nothing)."""
+    if budget is None:
+        return None, []
+    config, ledger = tracker.config, tracker.ledger
+    remaining = budget - ledger.spent
+    when, budget = (tracker.now(), remaining) if remaining > 0 else \
+        ((ledger.period + 1) * config.budget_period, budget)
+    head, _ = rank_head(tracker.candidates(when), budget, config.objective, cycle=config.budget_period / DAY)
+    planned = []
+    for index, candidate in head[:NEXT_PLAN_PAGES]:
+        page = tracker.page(candidate.key)
+        planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
+                                   None if math.isinf(candidate.elapsed) else candidate.elapsed,
+                                   candidate.hub is not None))
+    return when, planned
 
 
 def _pages(store: StateStorage) -> list[PageState]:
@@ -297,10 +320,8 @@ def _estimated_rates(pages: Iterable[PageState]) -> list[float]:
     return sorted(p.estimate.rate for p in pages if p.estimate is not None and not p.gone)
 
 
-def _hosts(store: StateStorage, groups: list[tuple[str, str, dict[str, float]]], pages: list[PageState],
+def _hosts(book: HostBook, groups: list[tuple[str, str, dict[str, float]]], pages: list[PageState],
            now: float) -> list[HostRow]:
-    # HostBook only counts what it could not read: a collector of its own, not the crawl's.
-    book = HostBook(store, MemoryStatsCollector(cast("Any", SimpleNamespace(settings=Settings()))))
     by_host: defaultdict[str, list[PageState]] = defaultdict(list)
     for page in pages:
         by_host[page.host].append(page)
@@ -337,7 +358,8 @@ def _page_types(groups: list[tuple[str, str, dict[str, float]]], pages: list[Pag
     return rows
 
 
-def _dataset(pages: list[PageState], config: Config, rate_of: Callable[[PageState], float], now: float) -> Dataset:
+def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rate_of: Callable[[PageState], float],
+             now: float) -> Dataset:
     dataset = Dataset(pages=len(pages))
     weighted = total_value = 0.0
     for page in pages:
@@ -348,7 +370,7 @@ def _dataset(pages: list[PageState], config: Config, rate_of: Callable[[PageStat
         if page.last_visit is None:
             dataset.never_visited += 1
             continue
-        value = resolve_value(page.value, config.value_tiers) or 1.0
+        value = value_of(page)
         elapsed = max(now - page.last_visit, 0.0) / DAY
         rate = rate_of(page)
         weighted += value * (1.0 - p_changed(rate, elapsed))
@@ -358,26 +380,12 @@ def _dataset(pages: list[PageState], config: Config, rate_of: Callable[[PageStat
     return dataset
 
 
-def _next_plan(store: StateStorage, host_filter: set[str] | None) -> list[PlannedPage]:
-    plan = store.get_meta("next_plan") or {}
-    planned = []
-    for entry in plan.get("pages", ()):
-        try:
-            page = PlannedPage(entry["url"], float(entry["index"]), float(entry["cost"]), float(entry["value"]),
-                               float(entry["rate"]), entry["days_since_visit"], bool(entry["hub"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if host_filter is None or (page.url and _host_of(page.url) in host_filter):
-            planned.append(page)
-    return planned
-
-
 def _host_of(url: str) -> str:
     return urlsplit(url).hostname or ""
 
 
-def _shadow_savings(shadow: list[PeriodAccounts], pages: list[PageState], config: Config, rate_of: Callable[[PageState], float],
-                    host_filter: set[str] | None) -> list[ShadowSaving]:
+def _shadow_savings(shadow: list[PeriodAccounts], pages: list[PageState], value_of: Callable[[PageState], float],
+                    rate_of: Callable[[PageState], float], host_filter: set[str] | None) -> list[ShadowSaving]:
     """What budgets below a shadow period's full crawl would have kept, by the model (shadow history is
     the unbiased sample: every page was fetched)."""
     if not shadow:
@@ -393,7 +401,7 @@ def _shadow_savings(shadow: list[PeriodAccounts], pages: list[PageState], config
         return []
     period_days = shadow[-1].period_seconds / DAY
     rates = [rate_of(p) for p in visited]
-    values = [resolve_value(p.value, config.value_tiers) or 1.0 for p in visited]
+    values = [value_of(p) for p in visited]
     mean_cost = spent / len(visited)
     costs = [cost_per_visit.get((p.host, p.page_type), mean_cost) for p in visited]
     total_value = sum(values)
