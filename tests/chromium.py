@@ -44,6 +44,6 @@ def dump_dom(page: Path) -> str:
 
 def screenshot(page: Path, png: Path, width: int = 1280, height: int = 2400) -> Path:
     """A PNG of the page's top *height* pixels in a *width*-pixel wide window."""
-    _run(f"--screenshot={png}", f"--window-size={width},{height}", page.resolve().as_uri())
+    _run(f"--screenshot={png}", f"--window-size={width},{height}", "--hide-scrollbars", page.resolve().as_uri())
     assert png.exists(), f"Chromium wrote no screenshot of {page}"
     return png

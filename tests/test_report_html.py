@@ -34,6 +34,7 @@ from scrapy_costsched.report.html import (
 )
 from scrapy_costsched.settings import Config
 from scrapy_costsched.storage import storage_from_uri
+from tests import chromium
 from tests.chromium import dump_dom, screenshot
 from tests.helpers import PROJECT, ROOT, DemoSite, crawl, crawl_options, start_site
 from tests.mockserver import EdgeSite
@@ -314,3 +315,11 @@ def test_a_state_without_periods_renders() -> None:
 ])
 def test_amounts_read_as_people_write_them(value: float | None, unit: str, shown: str) -> None:
     assert human_amount(value, unit) == shown
+
+
+def test_without_chromium_a_browser_test_fails_naming_make_test(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    monkeypatch.setattr(chromium, "DEBIAN_CHROMIUM", tmp_path / "chromium")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="run `make test`, which installs Debian's chromium"):
+        chromium.dump_dom(tmp_path / "page.html")

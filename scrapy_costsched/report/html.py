@@ -15,6 +15,7 @@ import io
 import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -37,6 +38,9 @@ CHART_ROWS = 20
 LABEL_CHARS = 32
 #: Period labels a chart's axis shows at most.
 PERIOD_TICKS = 12
+#: A cost per change above this many times the periods' median is cut at that height (labelled with its
+#: value), so that one period of discovery does not flatten the others.
+OUTLIER = 4.0
 #: matplotlib's defaults (not the user's matplotlibrc), glyphs drawn as paths so that the charts look the
 #: same without the fonts, text never read as mathtext (``$`` in a name), ids that do not change per run.
 CHART_STYLE = {"svg.fonttype": "path", "text.parse_math": False, "svg.hashsalt": "scrapy-costsched",
@@ -48,10 +52,11 @@ class ReportDependencyError(ImportError):
     """The HTML report's libraries, the ``report`` extra, are not installed."""
 
 
-def render_html(report: Report) -> str:
-    """The whole report as one HTML page, charts included."""
+def require_libraries() -> None:
+    """Import Jinja2 and matplotlib, or raise :class:`ReportDependencyError` saying how to install them
+    (a command can call it before it reads a state)."""
     try:
-        import jinja2
+        import jinja2  # noqa: F401
 
         with _matplotlib_dirs():
             import matplotlib.font_manager  # noqa: F401 (finds the directories and lists the fonts)
@@ -59,6 +64,13 @@ def render_html(report: Report) -> str:
         raise ReportDependencyError(
             f"the HTML report needs {exc.name or 'Jinja2 and matplotlib'}, which is not installed: {INSTALL}"
         ) from exc
+
+
+def render_html(report: Report) -> str:
+    """The whole report as one HTML page, charts included."""
+    require_libraries()
+    import jinja2
+
     env = jinja2.Environment(loader=jinja2.PackageLoader("scrapy_costsched.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
@@ -164,8 +176,8 @@ def _legend_above(axes: Axes) -> None:
     axes.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=8, frameon=False)
 
 
-def _split(periods: list[PeriodRow], value: Callable[[PeriodRow], float | None]) -> Iterator[tuple[bool, list[int],
-                                                                                                   list[float]]]:
+def _split(periods: list[PeriodRow], value: Callable[[PeriodRow], float | None],
+           ) -> Iterator[tuple[bool, list[int], list[float]]]:
     """Budgeted then shadow periods: their positions and values (those with a value)."""
     for shadow in (False, True):
         points = [(i, v) for i, p in enumerate(periods) if p.shadow == shadow and (v := value(p)) is not None]
@@ -196,19 +208,28 @@ def _spend_chart(report: Report) -> str | None:
 
 def _cost_per_change_chart(report: Report) -> str | None:
     periods = report.periods
-    if not any(p.figures.cost_per_change is not None for p in periods):
+    costs = [p.figures.cost_per_change for p in periods if p.figures.cost_per_change is not None]
+    if not costs:
         return None
+    top = OUTLIER * statistics.median(costs) or math.inf  # a median of 0: nothing is cut
 
     def draw(figure: Figure) -> None:
         axes = figure.subplots()
-        for shadow, xs, costs in _split(periods, lambda p: p.figures.cost_per_change):
+        for shadow, xs, values in _split(periods, lambda p: p.figures.cost_per_change):
             if xs:
-                axes.bar(xs, costs, width=0.7, color=SHADOW if shadow else PER_CHANGE, hatch="//" if shadow else None,
+                axes.bar(xs, values, width=0.7, color=SHADOW if shadow else PER_CHANGE, hatch="//" if shadow else None,
                          edgecolor="white", label="shadow period" if shadow else "budgeted period")
         for i, period in enumerate(periods):
-            if period.figures.cost_per_change is None:
+            cost = period.figures.cost_per_change
+            if cost is None:
                 axes.annotate("no change", (i, 0), xytext=(0, 3), textcoords="offset points", ha="center",
                               rotation=90, va="bottom", fontsize=7, color="#6b7280")
+            elif cost > top:
+                axes.annotate(f"{human_amount(cost, report.unit)} ↑", (i, top), xytext=(0, -4),
+                              textcoords="offset points", ha="center", va="top", rotation=90, fontsize=8,
+                              fontweight="bold", color="white")
+        if max(costs) > top:
+            axes.set_ylim(0, top)
         _period_axis(axes, periods)
         _cost_axis(axes, report.unit, "cost per detected change")
         _legend_above(axes)
