@@ -7,6 +7,8 @@ DAYS ?= 10
 VENV_MIN := .venv-min
 BIN_MIN := $(VENV_MIN)/bin
 MIN_CONSTRAINTS := .ci/scrapy-min.txt
+# The HTML report's tests open it in Debian's headless Chromium (tests/chromium.py).
+CHROMIUM := /usr/bin/chromium
 # Extra pytest arguments, e.g. `make test-min PYTEST_ARGS="-x -q"`.
 PYTEST_ARGS ?=
 
@@ -27,6 +29,10 @@ $(BIN_MIN)/.installed: setup.cfg pyproject.toml $(MIN_CONSTRAINTS) | $(BIN)/.ins
 	$(BIN_MIN)/python -m pip check
 	touch $@
 
+# Installed from Debian when missing (as root); present, it is left as it is.
+$(CHROMIUM):
+	apt-get update && apt-get install -y --no-install-recommends chromium
+
 demo: $(BIN)/.installed
 	$(BIN)/python example_project/run_demo.py --days $(DAYS) --workdir demo-output --json demo-output/summary.json
 
@@ -36,7 +42,7 @@ lint: $(BIN)/.installed
 
 # Lint once, then the whole suite under the newest Scrapy (.venv) and again under the minimum
 # (.venv-min). The second suite runs even if the first fails; `make test` fails if either does.
-test: lint $(BIN_MIN)/.installed
+test: lint $(BIN_MIN)/.installed $(CHROMIUM)
 	@status=0; \
 	echo "== pytest in $(VENV): Scrapy $$($(BIN)/python -c 'import scrapy; print(scrapy.__version__)')"; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || status=1; \
@@ -45,10 +51,10 @@ test: lint $(BIN_MIN)/.installed
 	exit $$status
 
 # One environment's suite, without lint.
-test-latest: $(BIN)/.installed
+test-latest: $(BIN)/.installed $(CHROMIUM)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-min: $(BIN_MIN)/.installed
+test-min: $(BIN_MIN)/.installed $(CHROMIUM)
 	$(BIN_MIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
