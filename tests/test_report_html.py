@@ -21,6 +21,7 @@ from parsel import Selector
 from PIL import Image
 from scrapy.settings import Settings
 
+from scrapy_costsched.commands import Target, reading_tracker
 from scrapy_costsched.report import Dataset, Figures, Report, build_report
 from scrapy_costsched.report.html import (
     BUDGET,
@@ -61,10 +62,11 @@ MARKUP_TYPES = (
 def report_of(state: Path, now: float) -> Report:
     settings = Settings()
     settings.set("COSTSCHED_CLOCK", lambda: now)
-    store = storage_from_uri(str(state), read_only=True)
+    target = Target(str(state), Config.from_settings(settings), settings)
+    store = storage_from_uri(target.uri, read_only=True)
     store.open()
     try:
-        return build_report(store, Config.from_settings(settings), str(state))
+        return build_report(reading_tracker(target, store), target.uri)
     finally:
         store.close()
 

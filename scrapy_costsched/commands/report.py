@@ -40,6 +40,13 @@ class Command(StateCommand):
             raise UsageError(f"unexpected arguments: {' '.join(args)}")
         if opts.last is not None and opts.last < 1:
             raise UsageError("--last takes a number of periods, 1 or more", print_help=False)
+        if opts.html:
+            from scrapy_costsched.report.html import ReportDependencyError, require_libraries
+
+            try:
+                require_libraries()  # before reading the state: say at once what is missing
+            except ReportDependencyError as exc:
+                raise UsageError(str(exc), print_help=False) from None
         state = self.target(opts)
         store = self.open_state(state.uri)
         try:
@@ -47,12 +54,9 @@ class Command(StateCommand):
         finally:
             store.close()
         if opts.html:
-            from scrapy_costsched.report.html import ReportDependencyError, render_html
+            from scrapy_costsched.report.html import render_html
 
-            try:
-                Path(opts.html).write_text(render_html(report), encoding="utf-8")
-            except ReportDependencyError as exc:
-                raise UsageError(str(exc), print_help=False) from None
+            Path(opts.html).write_text(render_html(report), encoding="utf-8")
             print(f"costsched: wrote the HTML report to {opts.html}", file=sys.stderr)
         if opts.json:
             print(json.dumps(report.to_json(), indent=2, sort_keys=True))

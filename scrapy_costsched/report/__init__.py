@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -339,7 +340,8 @@ def _hosts(book: HostBook, groups: list[tuple[str, str, dict[str, float]]], page
         if health is not None:
             row.health = health.p_success(now / DAY)
             row.latency = health.latency
-            row.blocked_until = iso(health.blocked_until) if health.blocked_for(now) > 0 else None
+            # A Retry-After pause runs on the wall clock (servers' time), not on COSTSCHED_CLOCK.
+            row.blocked_until = iso(health.blocked_until) if health.blocked_for(time.time()) > 0 else None
         rows.append(row)
     return rows
 

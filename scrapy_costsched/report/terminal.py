@@ -84,7 +84,7 @@ def render_terminal(report: Report) -> str:
         ),
         _table(
             "Host signals",
-            "verdicts on each validator (trusted, probation, distrusted, none), success rate and latency now",
+            "validator verdicts (trusted, learning, volatile, lies, none; 304s: false, ignored); health now",
             ["host", "ETag", "Last-Modified", "304 answers", "health", "latency s", "blocked until"],
             [[h.host, h.etag or "-", h.last_modified or "-", h.not_modified_answers or "-", share(h.health),
               "-" if h.latency is None else f"{h.latency:.2f}", h.blocked_until or "-"] for h in report.hosts],
