@@ -113,7 +113,9 @@ def test_hosts_types_and_pages_add_up_to_the_store(history: History) -> None:
     assert {p["url"] for p in plan} <= {p["url"] for p in pages}
     assert report["dataset"]["pages"] == len(pages)
     assert 0 < report["dataset"]["freshness"] < 1
-    assert report["dataset"]["expected_missed_changes"] > 0
+    stale = report["dataset"]["expected_stale_pages"]
+    assert 0 < stale < report["dataset"]["expected_missed_changes"]
+    assert stale < sum(p["last_visit"] is not None for p in pages)
 
 
 def test_shadow_periods_price_smaller_budgets(history: History) -> None:

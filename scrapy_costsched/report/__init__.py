@@ -184,8 +184,9 @@ class Dataset:
 
     *freshness* is the value-weighted probability that a visited page's record is still current,
     ``Σ v·e^(−λt) / Σ v`` (t: time since its last visit; λ: its estimate, or its group prior);
+    *expected_stale_pages* is ``Σ (1 − e^(−λt))``, the visited pages expected to have changed since, and
     *expected_missed_changes* is ``Σ λt``, the changes expected to have happened since the last
-    visits (Cho & Garcia-Molina, TODS 2003: changes are a Poisson process).
+    visits, several on a fast page (Cho & Garcia-Molina, TODS 2003: changes are a Poisson process).
     """
 
     pages: int = 0
@@ -193,6 +194,7 @@ class Dataset:
     never_visited: int = 0
     gone: int = 0
     freshness: float | None = None
+    expected_stale_pages: float = 0.0
     expected_missed_changes: float = 0.0
 
 
@@ -375,8 +377,10 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
         value = value_of(page)
         elapsed = max(now - page.last_visit, 0.0) / DAY
         rate = rate_of(page)
-        weighted += value * (1.0 - p_changed(rate, elapsed))
+        stale = p_changed(rate, elapsed)
+        weighted += value * (1.0 - stale)
         total_value += value
+        dataset.expected_stale_pages += stale
         dataset.expected_missed_changes += rate * elapsed
     dataset.freshness = weighted / total_value if total_value else None
     return dataset

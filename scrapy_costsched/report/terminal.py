@@ -132,7 +132,8 @@ def _dataset(report: Report) -> str:
         "The dataset now\n"
         f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone; "
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
-        f"{data.expected_missed_changes:.1f} changes expected since the pages' last visits\n"
+        f"since their last visits, {data.expected_stale_pages:.1f} pages are expected to have changed, "
+        f"{data.expected_missed_changes:.1f} times in all\n"
     )
 
 
