@@ -306,7 +306,7 @@ def headline(document: Document, results_page: str) -> str:
             f"**{min(own):.3f}–{max(own):.3f}** of the optimum's freshness, where Nutch's and StormCrawler's "
             f"adaptive intervals keep {min(adaptive):.2f}–{max(adaptive):.2f} "
             f"(`{document.command()}`; [all results, rates learned from scratch, where it falls short]"
-            f"({results_page})).")
+            f"({results_page}#the-simulator)).")
 
 
 def docs_image(document: Document, docs: Path) -> str | None:
