@@ -10,7 +10,9 @@ pages' ``>>>`` examples run as doctests (setup.cfg: ``--doctest-glob=*.md``, ``t
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import contextlib
 import io
 import re
@@ -35,10 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scrapy_costsched"
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-#: The pages these tests check: the README, the changelog and the reference (docs/, one level).
-PAGES = [README, ROOT / "CHANGES.md", *sorted(DOCS.glob("*.md"))]
-#: Links are checked in every page, the command pages other people write included.
-LINKED_PAGES = [*PAGES, *sorted(DOCS.glob("*/**/*.md"))]
+#: The pages these tests check: the README, the changelog and the reference (docs/ and docs/commands/).
+PAGES = [README, ROOT / "CHANGES.md", *sorted(DOCS.glob("**/*.md"))]
 
 
 def _rel(path: Path) -> str:
@@ -237,7 +237,7 @@ def _anchors(path: Path) -> set[str]:
     return anchors
 
 
-@pytest.mark.parametrize("page", LINKED_PAGES, ids=_rel)
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
 def test_relative_links_resolve(page: Path) -> None:
     targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", _text_outside_code(page))
     assert targets or page != README
@@ -256,20 +256,24 @@ def test_relative_links_resolve(page: Path) -> None:
 
 
 def _commands() -> list[tuple[Path, str]]:
-    """Command lines the pages show: in sh/console blocks (``$ `` prompts and comments dropped, continuation
-    lines joined) and in inline code that starts with a program this repository runs."""
+    """Command lines the pages show: in sh/console blocks (the ``$ `` lines of a session, or every line;
+    comments dropped, continuation lines joined) and in inline code that starts with a program this
+    repository runs (but ``scrapy``)."""
     found: list[tuple[Path, str]] = []
-    programs = ("python ", ".venv/bin/python ", "make ", "pytest ", "pip install ")
+    programs = ("python ", ".venv/bin/python ", "make ", "pytest ", "pip install ", "scrapy costsched-")
     for page in PAGES:
         for language, body in _fenced_blocks(page):
             if language not in ("sh", "console", ""):
                 continue
-            for line in body.replace("\\\n", " ").splitlines():
+            lines = body.replace("\\\n", " ").splitlines()
+            if any(line.startswith("$ ") for line in lines):  # a session: the rest is output
+                lines = [line for line in lines if line.startswith("$ ")]
+            for line in lines:
                 line = line.removeprefix("$ ").split(" #")[0].strip()
                 if line.startswith(programs):
                     found.append((page, line))
-        for span in _code_spans(page):
-            if span.startswith(programs):
+        for span in _code_spans(page):  # prose names commands with placeholders: only blocks show them run
+            if span.startswith(programs) and not span.startswith("scrapy "):
                 found.append((page, span))
     return found
 
@@ -314,6 +318,9 @@ def _check_command(line: str) -> str | None:
         options = {w.split("=")[0] for w in words[2:] if w.startswith("--")}
         unknown = sorted(o for o in options if not re.search(rf"{re.escape(o)}\b", _help(words[1])))
         return f"options not in --help: {unknown}" if unknown else None
+    if words[0] == "scrapy":
+        shell = next((i for i, word in enumerate(words) if word[:1] in "|<>&" or word.startswith("2>")), len(words))
+        return _check_scrapy_command(words[1], words[2:shell])
     if words[0] == "make":
         missing = sorted(set(words[1:]) - _make_targets())
         return f"no make target {missing}" if missing else None
@@ -325,6 +332,28 @@ def _check_command(line: str) -> str | None:
         missing = sorted(extras - _extras())
         return f"no extra {missing}" if missing else None
     return f"unchecked program: {line}"
+
+
+def _check_scrapy_command(name: str, arguments: list[str]) -> str | None:
+    """Whether the command registered as *name* (setup.cfg's entry points) parses *arguments*."""
+    entry_points = ConfigParser()
+    entry_points.read(ROOT / "setup.cfg")
+    commands = dict(line.split(" = ") for line in entry_points["options.entry_points"]["scrapy.commands"].split("\n")
+                    if line)
+    if name not in commands:
+        return f"no command {name}"
+    module, _, cls = commands[name].partition(":")
+    command = getattr(importlib.import_module(module), cls)()
+    command.settings = Settings()
+    parser = argparse.ArgumentParser()
+    command.add_options(parser)
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            _, rest = parser.parse_known_args(arguments)  # as scrapy.cmdline parses: the rest are the arguments
+        except SystemExit:
+            return "the command refuses these options"
+    unknown = [word for word in rest if word.startswith("-") and word != "-"]
+    return f"unknown options {unknown}" if unknown else None
 
 
 def test_shown_commands_are_accepted() -> None:
