@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import contextlib
+import importlib
 import io
 import re
 import shlex
