@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -433,3 +434,64 @@ def test_fit_prior_floors_the_spread() -> None:
 def test_bad_input_raises(call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def reference_estimate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
+    """The fixed-grid posterior spelled out rate by rate: the log-likelihood from ChangeStats itself, the prior's
+    normal density normalised over the grid, the density constant over each cell."""
+    from scrapy_costsched.model import estimators
+
+    grid, edges = estimators._LOG_GRID, estimators._GRID_EDGES
+    raw = [-0.5 * ((u - prior.mean_log) / prior.sd_log) ** 2 for u in grid]
+    norm = max(raw) + math.log(math.fsum(math.exp(v - max(raw)) for v in raw))
+    post = [stats.log_likelihood(math.exp(u)) + v - norm for u, v in zip(grid, raw, strict=True)]
+    widths = [b - a for a, b in itertools.pairwise(edges)]
+    masses = [math.exp(v - max(post)) * w for v, w in zip(post, widths, strict=True)]
+    total = math.fsum(masses)
+    centres = [0.5 * (a + b) for a, b in itertools.pairwise(edges)]
+    mean_log = math.fsum(m * c for m, c in zip(masses, centres, strict=True)) / total
+
+    def quantile(q: float) -> float:
+        acc = 0.0
+        for m, a, w in zip(masses, edges, widths, strict=True):
+            if acc + m >= q * total:
+                return math.exp(a + (q * total - acc) / m * w)
+            acc += m
+        raise AssertionError("unreachable")
+
+    return RateEstimate(math.exp(mean_log), quantile(0.05), quantile(0.95))
+
+
+def _on_fixed_grid(stats: ChangeStats, prior: RatePrior) -> bool:
+    """Whether estimate_rate stays on the fixed grid (a posterior wider than two grid steps)."""
+    from scrapy_costsched.model import estimators
+
+    grid = estimators._LOG_GRID
+    post = [stats.log_likelihood(math.exp(u)) - 0.5 * ((u - prior.mean_log) / prior.sd_log) ** 2 for u in grid]
+    j = post.index(max(post))
+    return not (0 < j < len(grid) - 1 and post[j - 1] - 2.0 * post[j] + post[j + 1] < -0.25)
+
+
+def test_estimate_on_the_fixed_grid_matches_the_posterior_spelled_out() -> None:
+    """estimate_rate's vectorised grid arithmetic gives the posterior computed rate by rate (research vectors,
+    and random decayed histories under several priors)."""
+    cases = [stats_of(INTERVALS, CHANGED), ChangeStats(), stats_of([1.0] * 5, [True] * 5)]
+    rng = random.Random(8)
+    for _ in range(300):
+        stats = ChangeStats()
+        for _ in range(rng.randint(1, 12)):
+            stats.add(rng.choice([0.01, 0.5, 1.0, 7.0, rng.uniform(0.1, 30.0)]), rng.random() < 0.4,
+                      decay=rng.choice([1.0, 0.9, 0.5]))
+        cases.append(stats)
+    priors = [RatePrior(), RatePrior(math.log(0.05), 1.3), RatePrior(math.log(2.0), 0.5)]
+    compared = 0
+    for stats in cases:
+        for prior in priors:
+            if not _on_fixed_grid(stats, prior):
+                continue  # the refined grid: test_estimate_matches_brute_force_quadrature
+            est, ref = estimate_rate(stats, prior), reference_estimate(stats, prior)
+            assert est.rate == pytest.approx(ref.rate, rel=1e-9)
+            assert est.low == pytest.approx(ref.low, rel=1e-9)
+            assert est.high == pytest.approx(ref.high, rel=1e-9)
+            compared += 1
+    assert compared > 600

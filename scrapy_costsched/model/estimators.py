@@ -36,8 +36,8 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate, pairwise
-from operator import add, mul
+from itertools import accumulate, pairwise, repeat
+from operator import add, mul, sub
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -66,6 +66,11 @@ _LOG_GRID = tuple(_LOG_GRID_LOW + j * _LOG_STEP for j in range(_GRID_SIZE))
 _LOG_GRID_SQ = tuple(x * x for x in _LOG_GRID)
 _RATE_GRID = tuple(math.exp(x) for x in _LOG_GRID)
 _GRID_EDGES = tuple(_LOG_GRID_LOW + (j - 0.5) * _LOG_STEP for j in range(_GRID_SIZE + 1))
+# What each estimate on the fixed grid would otherwise compute again: -rate (negation is exact, so
+# (-rate) * u is -(rate * u)), and each cell's width and centre.
+_NEG_RATE_GRID = tuple(-rate for rate in _RATE_GRID)
+_GRID_WIDTHS = tuple(b - a for a, b in pairwise(_GRID_EDGES))
+_GRID_CENTRES = tuple(0.5 * (a + b) for a, b in pairwise(_GRID_EDGES))
 _MIN_SD_LOG = 0.05
 _SUPPORT_DROP = 40.0
 _EM_TOLERANCE = 1e-4
@@ -439,10 +444,11 @@ def _log_prior_column(mean_log: float, sd_log: float) -> tuple[float, ...]:
 
 
 def _grid_log_likelihood(stats: ChangeStats) -> list[float]:
-    u = stats.unchanged_time
-    ll = [-rate * u for rate in _RATE_GRID]
+    # -rate * u, then + w * log(1 - e^(-rate * t)) per changed bin, with map rather than a comprehension:
+    # it runs at every visit's estimate.
+    ll = list(map(mul, _NEG_RATE_GRID, repeat(stats.unchanged_time)))
     for t, w in stats.changed.items():
-        ll = [a + w * b for a, b in zip(ll, _log_changed_column(t), strict=True)]
+        ll = list(map(add, ll, map(mul, repeat(w), _log_changed_column(t))))
     return ll
 
 
@@ -456,14 +462,17 @@ def _log_sum_exp(values: Iterable[float]) -> float:
     return top + math.log(math.fsum(math.exp(v - top) for v in values))
 
 
-def _summarise(points: Sequence[float], log_post: Sequence[float], edges: Sequence[float]) -> RateEstimate:
-    # Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate).
+def _summarise(points: Sequence[float], log_post: Sequence[float], edges: Sequence[float],
+               widths: Sequence[float] | None = None, centres: Sequence[float] | None = None) -> RateEstimate:
+    # Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate); *widths* and
+    # *centres* of the cells when the caller has them (the fixed grid's).
     top = max(log_post)
-    widths = [b - a for a, b in pairwise(edges)]
-    masses = [math.exp(v - top) * w for v, w in zip(log_post, widths, strict=True)]
+    if widths is None or centres is None:
+        widths = [b - a for a, b in pairwise(edges)]
+        centres = [0.5 * (a + b) for a, b in pairwise(edges)]
+    masses = list(map(mul, map(math.exp, map(sub, log_post, repeat(top))), widths))
     cumulative = list(accumulate(masses))
     total = cumulative[-1]
-    centres = [0.5 * (a + b) for a, b in pairwise(edges)]
     mean_log = math.fsum(map(mul, masses, centres)) / total
 
     def quantile(q: float) -> float:
@@ -556,13 +565,13 @@ def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
     (0.5, 0.1, 2.6)
     """
     log_prior = _log_prior_column(prior.mean_log, prior.sd_log)
-    post = [a + b for a, b in zip(_grid_log_likelihood(stats), log_prior, strict=True)]
-    j = max(range(_GRID_SIZE), key=post.__getitem__)
+    post = list(map(add, _grid_log_likelihood(stats), log_prior))
+    j = post.index(max(post))  # the first of equal maxima, as max(range(...), key=...) gives
     # A second difference below -1/4 means a posterior sd under two grid steps,
     # too narrow for accurate quantiles on the fixed grid.
     if 0 < j < _GRID_SIZE - 1 and post[j - 1] - 2.0 * post[j] + post[j + 1] < -0.25:
         return _refined_estimate(stats, prior, _LOG_GRID[j])
-    return _summarise(_LOG_GRID, post, _GRID_EDGES)
+    return _summarise(_LOG_GRID, post, _GRID_EDGES, _GRID_WIDTHS, _GRID_CENTRES)
 
 
 def log_marginal_likelihood(stats: Iterable[ChangeStats], prior: RatePrior) -> float:
