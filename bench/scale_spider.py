@@ -70,7 +70,11 @@ class GcClock:
 
 
 class ListedOnlyDupeFilter(RFPDupeFilter):
-    """Scrapy's duplicate filter that also drops every URL not in ``BENCH_URLS_FILE``."""
+    """Scrapy's duplicate filter that also drops every URL not in ``BENCH_URLS_FILE``.
+
+    Every request still goes through Scrapy's filter first, as in a plain crawl of the site:
+    each link the spider yields is fingerprinted and remembered, listed or not.
+    """
 
     listed: frozenset[str] = frozenset()
 
@@ -81,7 +85,7 @@ class ListedOnlyDupeFilter(RFPDupeFilter):
         return dupefilter
 
     def request_seen(self, request: scrapy.Request) -> bool:
-        return request.url not in self.listed or super().request_seen(request)
+        return super().request_seen(request) or request.url not in self.listed
 
 
 class ScaleSpider(scrapy.Spider):
