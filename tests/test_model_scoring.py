@@ -47,6 +47,39 @@ def test_head_and_the_rest_ranked_after_it_are_the_ranking(seed: int, objective:
         assert spent > need or len(head) == len(full)
 
 
+@pytest.mark.parametrize("learned", [False, True])
+def test_a_head_found_in_several_tries_is_the_rankings(monkeypatch: pytest.MonkeyPatch, learned: bool) -> None:
+    """When the first pages by bound score too low, rank_head lowers its threshold and scores only the pages
+    it lets in: the merged head is still the ranking's, ties (whole days) ordered by key."""
+    from scrapy_costsched.model import scoring
+
+    rng = random.Random(3)
+    candidates = []
+    for i in range(6000):
+        rate = rng.choice([0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0])  # few rates: many equal indexes
+        spread = rng.choice([1.5, 2.0]) if learned else None
+        candidates.append(Candidate(f"p{rng.randint(0, 9999):04d}{i:05d}", rng.choice([1.0, 4.0]), rate,
+                                    float(rng.randint(1, 14)), 1.0, None, spread and rate / spread,
+                                    spread and rate * spread))
+    tries = []
+    real_rank = scoring.rank
+
+    def counted(*args: object, **kwargs: object) -> list[tuple[float, Candidate]]:
+        tries.append(1)
+        return real_rank(*args, **kwargs)  # type: ignore[arg-type]
+
+    several = 0
+    for need in (100.0, 500.0, 2000.0):
+        full = rank(candidates, cycle=7.0)
+        tries.clear()
+        monkeypatch.setattr(scoring, "rank", counted)
+        head, rest = rank_head(candidates, need, cycle=7.0)
+        monkeypatch.setattr(scoring, "rank", real_rank)
+        assert head + rank(rest, cycle=7.0) == full
+        several += len(tries) > 1
+    assert several
+
+
 def test_most_pages_are_left_unranked_when_the_need_is_small() -> None:
     rng = random.Random(1)
     candidates = [Candidate(f"p{i:05d}", 1.0, rate, rng.uniform(0.5, 30.0), 1.0, None, rate / 2.0, rate * 2.0)

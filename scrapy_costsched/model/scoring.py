@@ -372,11 +372,20 @@ def rank_head(
         by_bound = sorted(bounds, reverse=True)
         mean_cost = math.fsum(map(itemgetter(4), bounded)) / len(bounded)
         pages = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need / mean_cost)) if need < inf else len(bounded)
+        scored: list[tuple[float, Candidate]] = []
+        previous = None  # the last try's threshold: the pages bounded above it are scored already
         while True:
             if pages >= len(bounded):
                 return rank(candidates, objective, cycle), []
             threshold = by_bound[pages - 1]
-            scored = rank([*compress(bounded, map(threshold.__le__, bounds)), *others], objective, cycle)
+            if previous is None:
+                scored = rank([*compress(bounded, map(threshold.__le__, bounds)), *others], objective, cycle)
+            else:
+                # Only the pages the lower threshold lets in are scored; merged as rank orders (index, then key).
+                scored += rank(compress(bounded, [threshold <= b < previous for b in bounds]), objective, cycle)
+                scored.sort(key=itemgetter(0), reverse=True)
+                _order_ties_by_key(scored)
+            previous = threshold
             end = _first_below(scored, threshold)
             if math.fsum(c.cost if c.revalidation_cost is None else c.expected_cost
                          for _, c in scored[:end]) > need:
