@@ -3,12 +3,14 @@ it); newer Scrapy installs one itself. The asyncio reactor is the one ``scrapy c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.reactor import install_reactor
 
-from tests.helpers import DemoSite, start_site
+from scrapy_costsched.learner import DAY
+from tests.components import Run
+from tests.helpers import NOW, DemoSite, start_site
 from tests.mockserver import EdgeSite
 
 if TYPE_CHECKING:
@@ -16,6 +18,23 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Iterator[Any]:
+    """``runs(**settings)``: the next day's in-process crawl (:class:`~tests.components.Run`) over one state."""
+    opened: list[Run] = []
+
+    def make(**settings: Any) -> Run:
+        if opened:
+            opened[-1].close()
+        NOW[0] += DAY
+        opened.append(Run(tmp_path / "state.sqlite", settings))
+        return opened[-1]
+
+    yield make
+    if opened:
+        opened[-1].close()
 
 
 @pytest.fixture

@@ -137,8 +137,10 @@ def start_site(tmp: Path, last_modified: str = "honest", hosts: tuple[str, ...] 
     return site, server
 
 
-#: The clock of in-process component tests (``COSTSCHED_CLOCK = "tests.helpers.fake_now"``).
-NOW = [1_767_225_600.0]
+#: What :func:`fake_now` gives in a process where no test moved it: in a crawl's subprocess.
+FAKE_START = 1_767_225_600.0
+#: The clock of in-process component tests (``COSTSCHED_CLOCK = "tests.helpers.fake_now"``); they move it.
+NOW = [FAKE_START]
 
 
 def fake_now() -> float:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from scrapy_costsched.model import RatePrior
-from tests.helpers import NOW, ROOT, read_state, runspider
+from tests.components import Product
+from tests.helpers import FAKE_START, ROOT, read_state, runspider
 from tests.newssite import NEWS_PROJECT, NewsSite, news_command, run_news
-from tests.test_pipelines import Product, Run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -177,9 +177,9 @@ def test_a_failed_visit_keeps_the_record_and_its_time(edge_site: EdgeSite, tmp_p
     rows = {row["costsched_url"]: row for row in map(json.loads, (tmp_path / "snapshot.jl").read_text().splitlines())}
     flaky, page = rows[f"{edge_site.url}/flaky/2"], rows[f"{edge_site.url}/page/1"]
     assert flaky["title"] == "flaky 2 v0"
-    assert (flaky["costsched_fetched_at"], flaky["costsched_age"]) == (iso(NOW[0]), DAY)
+    assert (flaky["costsched_fetched_at"], flaky["costsched_age"]) == (iso(FAKE_START), DAY)
     assert page["title"] == "page 1 v1"
-    assert (page["costsched_fetched_at"], page["costsched_age"]) == (iso(NOW[0] + DAY), 0.0)
+    assert (page["costsched_fetched_at"], page["costsched_age"]) == (iso(FAKE_START + DAY), 0.0)
     assert page["costsched_stale_probability"] == 0.0 < flaky["costsched_stale_probability"]
 
 
@@ -188,22 +188,6 @@ class Unprintable:
 
     def __str__(self) -> str:
         raise RuntimeError("no text")
-
-
-@pytest.fixture
-def runs(tmp_path: Path) -> Iterator[Any]:
-    opened: list[Run] = []
-
-    def make(**settings: Any) -> Run:
-        if opened:
-            opened[-1].close()
-        NOW[0] += DAY
-        opened.append(Run(tmp_path / "state.sqlite", settings))
-        return opened[-1]
-
-    yield make
-    if opened:
-        opened[-1].close()
 
 
 URL = "http://shop.example/p/1"

@@ -1,0 +1,82 @@
+"""The crawl's components driven in-process, without a reactor: one crawl's tracker, spider middleware and
+pipeline (:class:`Run`), and the item tests feed them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import DropItem
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from scrapy_costsched.pipelines import ChangeDetectionPipeline
+from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
+from scrapy_costsched.tracker import Tracker
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@dataclass
+class Product:
+    sku: str
+    price: float
+    name: str = "kettle"
+    ts: str = ""
+
+
+class ShopSpider(Spider):
+    name = "shop"
+
+    def parse(self, response: Any) -> Any:
+        return []
+
+
+class Run:
+    """One crawl's tracker, spider middleware and pipeline, without a reactor."""
+
+    def __init__(self, state: Path, settings: dict[str, Any]) -> None:
+        self.crawler = get_crawler(ShopSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                                **settings})
+        self.crawler.spider = self.crawler._create_spider()
+        self.tracker = Tracker.of(self.crawler)
+        self.tracker.open()
+        self.middleware = CostSchedSpiderMiddleware.from_crawler(self.crawler)
+        self.pipeline = ChangeDetectionPipeline.from_crawler(self.crawler)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        assert self.crawler.stats is not None
+        return self.crawler.stats.get_stats()
+
+    def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None) -> list[Any]:
+        """Fetch *url* once: its callback yields *outputs*; returns the items the pipeline let through."""
+        assert isinstance(self.crawler.spider, ShopSpider)
+        request = Request(url, callback=self.crawler.spider.parse, meta=dict(meta or {}))
+        key = self.tracker.fingerprint(request)
+        self.tracker.sighting(request, key)
+        request.meta["costsched_page"] = key
+        response = HtmlResponse(url, body=b"<html></html>", request=request)
+        self.middleware.process_spider_input(response)
+        kept = []
+        for output in self.middleware.process_spider_output(response, outputs):
+            if isinstance(output, Request):
+                continue
+            try:
+                self.pipeline.process_item(output)
+            except DropItem as exc:
+                self.crawler.signals.send_catch_log(signals.item_dropped, item=output, response=response,
+                                                    exception=exc, spider=self.crawler.spider)
+            else:
+                kept.append(output)
+                self.crawler.signals.send_catch_log(signals.item_scraped, item=output, response=response,
+                                                    spider=self.crawler.spider)
+        return kept
+
+    def page(self, url: str) -> Any:
+        return self.tracker.page(self.tracker.fingerprint(Request(url)))
+
+    def close(self) -> None:
+        self.crawler.signals.send_catch_log(signals.spider_closed, spider=self.crawler.spider, reason="finished")
