@@ -19,11 +19,6 @@ if TYPE_CHECKING:
 
     from scrapy_costsched.storage import StateStorage
 
-#: What a visit found (the tracker's observations): ``baseline`` (a first record), ``rebaseline`` (a record
-#: not comparable with the last: the hash configuration changed), ``changed``, ``unchanged`` (in full),
-#: ``not_modified`` (a 304), ``empty`` (no items where there used to be some), ``failed``, ``not_found``
-#: (a 404 or 410 not yet believed) and ``gone``.
-OUTCOMES = ("baseline", "rebaseline", "changed", "unchanged", "not_modified", "empty", "failed", "not_found", "gone")
 #: The outcomes of a fetch that found no change: what a scheduler that knew would not have paid for.
 NO_CHANGE = ("unchanged", "not_modified")
 #: Page type of the requests that belong to no page (robots.txt, a request the spider made for no page).
@@ -32,18 +27,17 @@ NO_PAGE = "-"
 KEY_PREFIX = "accounts:"
 
 
-def _counters() -> defaultdict[str, float]:
-    return defaultdict(float)
-
-
 @dataclass
 class PeriodAccounts:
     """One budget period's books: *counters* by host, then page type, then name.
 
     Counter names: ``visits`` and ``visits/<reason>`` (a page's first attempt in a run: ``refresh`` or
     ``discovery``), ``attempts`` and ``spent`` (every attempt and its cost, retries and sub-requests
-    included), and for each outcome of :data:`OUTCOMES` its count and ``<outcome>/cost`` (what those
-    visits cost).
+    included), and for each outcome its count and ``<outcome>/cost`` (what those visits cost). The
+    outcomes are the tracker's observations: ``baseline`` (a first record), ``rebaseline`` (a record not
+    comparable with the last: the hash configuration changed), ``changed``, ``unchanged`` (in full),
+    ``not_modified`` (a 304), ``empty`` (no items where there used to be some), ``failed``,
+    ``not_found`` (a 404 or 410 not yet believed) and ``gone``.
     """
 
     period: int
@@ -55,7 +49,7 @@ class PeriodAccounts:
     counters: dict[str, dict[str, defaultdict[str, float]]] = field(default_factory=dict)
 
     def group(self, host: str, page_type: str) -> defaultdict[str, float]:
-        return self.counters.setdefault(host, {}).setdefault(page_type, _counters())
+        return self.counters.setdefault(host, {}).setdefault(page_type, defaultdict(float))
 
     def rows(self) -> Iterator[tuple[str, str, dict[str, float]]]:
         """(host, page type, counters) for every group with anything in it, sorted."""
