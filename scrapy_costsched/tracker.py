@@ -529,6 +529,10 @@ class Tracker:
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
 
+    def rate_of(self, page: PageState) -> float:
+        """*page*'s change rate a day as planning assumes it: its estimate, else its group prior's median."""
+        return page.estimate.rate if page.estimate is not None else self.prior_rate(page.group)
+
     def candidates(self, now: float, keys: Iterable[str] | None = None) -> list[Candidate]:
         """Every known, live page (or those of *keys*) that may be visited now, as planning sees it.
 

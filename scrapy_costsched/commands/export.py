@@ -8,7 +8,6 @@ exporters, as a full snapshot.
 from __future__ import annotations
 
 import datetime
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import load_object
 
-from scrapy_costsched.commands import StateCommand
+from scrapy_costsched.commands import StateCommand, reading_tracker
 from scrapy_costsched.learner import DAY
-from scrapy_costsched.model import RatePrior, p_changed
+from scrapy_costsched.model import p_changed
 from scrapy_costsched.pages import PageState
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy.settings import BaseSettings
 
@@ -75,8 +74,9 @@ class Command(StateCommand):
                     f"The costsched state {state.uri!r} holds no stored records: set COSTSCHED_STORE_RECORDS = True in "
                     "the project's settings; each page keeps its items from its next full visit on.",
                     print_help=False)
+            tracker = reading_tracker(state, store)
             pages, items = snapshot.write(output, exporter_path, _feed_options(state.settings, fields),
-                                          float(state.config.clock()))
+                                          tracker.now(), tracker.rate_of)
         finally:
             store.close()
         skipped = f"; {snapshot.unreadable} unreadable pages skipped" if snapshot.unreadable else ""
@@ -151,15 +151,10 @@ class Snapshot:
                     fields.update(dict.fromkeys(item))
         return [*(name for name in fields if name not in EXPORT_FIELDS), *EXPORT_FIELDS]
 
-    def write(self, target: str, exporter_path: Any, options: dict[str, Any], now: float) -> tuple[int, int]:
-        """Export the chosen records to *target* (``-``: stdout) as of *now*; the pages and items written."""
-        priors: dict[str, float] = {}
-        for group, value in (self.store.get_meta("priors") or {}).items():
-            try:
-                priors[group] = math.exp(RatePrior(*value).mean_log)  # as planning does: the prior's median
-            except (TypeError, ValueError):
-                continue
-        default_rate = math.exp(RatePrior().mean_log)
+    def write(self, target: str, exporter_path: Any, options: dict[str, Any], now: float,
+              rate_of: Callable[[PageState], float]) -> tuple[int, int]:
+        """Export the chosen records to *target* (``-``: stdout) as of *now*, each page's staleness by the rate
+        *rate_of* gives it; the pages and items written."""
         stream = sys.stdout.buffer if target == "-" else open(target, "wb")  # noqa: SIM115 - closed below
         pages = items = 0
         try:
@@ -168,7 +163,7 @@ class Snapshot:
             for page in self.pages():
                 assert page.last_visit is not None
                 age = max(now - page.last_visit, 0.0)
-                rate = page.estimate.rate if page.estimate is not None else priors.get(page.group, default_rate)
+                rate = rate_of(page)
                 extra = {
                     "costsched_url": page.url,
                     "costsched_fetched_at": datetime.datetime.fromtimestamp(

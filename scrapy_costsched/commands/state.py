@@ -185,7 +185,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
     config, now = tracker.config, tracker.now()
     cycle = config.budget_period / DAY  # CostAwareScheduler.cycle: one plan per budget period
     estimate = page.estimate
-    rate = estimate.rate if estimate is not None else tracker.prior_rate(page.group)
+    rate = tracker.rate_of(page)
     # None for a page waiting out its not_before (a failure backoff, or a retired page's re-check)
     candidate = next(iter(tracker.candidates(now, [fingerprint])), None)
     template = page.template

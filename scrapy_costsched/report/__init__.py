@@ -263,9 +263,7 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
 
-    def rate_of(page: PageState) -> float:
-        return page.estimate.rate if page.estimate else tracker.prior_rate(page.group)
-
+    rate_of = tracker.rate_of
     # The budget the settings give, else the last crawl's (a budget given on the command line, as cron jobs do).
     budget = tracker.config.budget.amount if tracker.config.budget is not None else \
         next((a.budget for a in reversed(stored) if a.budget is not None), None)
