@@ -33,6 +33,10 @@ GRANT_CHUNK_VISITS = 16
 GRANT_CHUNK_SHARE = 0.05
 
 
+def _key(period: int) -> str:
+    return f"ledger:{period}"
+
+
 class Ledger:
     """Spend and reservations of one budget period.
 
@@ -56,7 +60,7 @@ class Ledger:
         self.period = period
         self.budget = budget
         self._commit = commit
-        self.spent_at_start = float(store.get_meta(self._key) or 0.0)
+        self.spent_at_start = self.stored_spend(store, period)
         self.spent = self.spent_at_start
         self.reserved = 0.0
         self.dispatched = 0.0
@@ -68,7 +72,13 @@ class Ledger:
 
     @property
     def _key(self) -> str:
-        return f"ledger:{self.period}"
+        return _key(self.period)
+
+    @staticmethod
+    def stored_spend(store: StateStorage, period: int) -> float:
+        """What the state says *period* spent (a crashed run's grant included): what a run starts from, and
+        what the report shows."""
+        return float(store.get_meta(_key(period)) or 0.0)
 
     @property
     def spent_this_run(self) -> float:

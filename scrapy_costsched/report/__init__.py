@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
 from scrapy_costsched.learner import DAY
+from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
 from scrapy_costsched.model.scoring import rank_head
 from scrapy_costsched.pages import PageState
@@ -239,12 +240,6 @@ def _scoped(accounts: PeriodAccounts, hosts: set[str] | None) -> list[tuple[str,
     return [row for row in accounts.rows() if hosts is None or row[0] in hosts]
 
 
-def _ledger_spend(store: StateStorage, accounts: PeriodAccounts) -> float:
-    """The period's spend as the ledger has it (exact, crashes included), else as the accounts add it up."""
-    spent = store.get_meta(f"ledger:{accounts.period}")
-    return float(spent) if isinstance(spent, (int, float)) else accounts.total("spent")
-
-
 def build_report(tracker: Tracker, state: str, *, last_periods: int | None = None,
                  hosts: Iterable[str] = ()) -> Report:
     """Everything the report shows, from the state *tracker* reads (:func:`~scrapy_costsched.commands.reading_tracker`),
@@ -258,7 +253,7 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
     for accounts in periods:
         figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
         rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.budget,
-                              _ledger_spend(store, accounts) if host_filter is None else figures.spent,
+                              Ledger.stored_spend(store, accounts.period) if host_filter is None else figures.spent,
                               accounts.shadow, accounts.runs, figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
