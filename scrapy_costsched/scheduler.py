@@ -455,9 +455,12 @@ class CostAwareScheduler(BaseScheduler):
 
         A request for a host that asked for a pause (Retry-After) waits here until the pause ends,
         so a blocked host never fills ``CONCURRENT_REQUESTS``: other hosts' requests go meanwhile.
+        Top-ups go on while everything they moved sank or waits: returning ``None`` with sendable
+        visits further down the plan would leave the engine idle until its next heartbeat (5 s),
+        one top-up per heartbeat through a sick host's share of the plan.
         """
         request = self._next_sendable()
-        if request is None and self.budgeted and self._top_up():
+        while request is None and self.budgeted and self._top_up():
             request = self._next_sendable()
         if request is not None and self.budgeted:
             self.tracker.ledger.dispatch(request)

@@ -191,3 +191,40 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     assert scheduler._plan_end == head + 20
     assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
     scheduler.close("finished")
+
+
+def test_a_sick_hosts_sunk_visits_do_not_idle_the_engine(tmp_path: Path) -> None:
+    """Found running the scale bench against a dead port: each call to next_request() moved one top-up of
+    planned visits, all of them of a host that had fallen sick, into the wrapped scheduler, sank them all
+    and returned ``None``; the engine then waited for its next heartbeat, five seconds per top-up."""
+    state = tmp_path / "state.sqlite"
+    crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                       "COSTSCHED_BUDGET": 300, "COSTSCHED_FALLBACK_SCHEDULER":
+                                       "tests.test_scheduler.ListScheduler"})
+    spider = crawler.spider = crawler._create_spider()
+    store = SqliteDictStorage(state)
+    store.open()
+    for host, rate, count in (("127.0.0.1", 0.5, 200), ("127.0.0.2", 0.1, 400)):
+        for i in range(count):
+            url = f"http://{host}:9/p/{i}"
+            page = PageState(url=url, host=host, page_type="p", value="normal", first_seen=fake_now() - 90 * DAY,
+                             template=make_template(Request(url, callback=spider.parse), spider),
+                             last_visit=fake_now() - 3 * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
+            store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(),
+                           page.summary())
+    store.close()
+    scheduler = CostAwareScheduler.from_crawler(crawler)
+    scheduler.tracker.open()
+    scheduler._plan()
+    planned_hosts = [scheduler.tracker.host_of(key) for key in scheduler._ranking.keys[:scheduler._plan_end]]
+    assert planned_hosts[:200] == ["127.0.0.1"] * 200  # the first host's pages rank first...
+    assert planned_hosts[200:]
+    assert set(planned_hosts[200:]) == {"127.0.0.2"}
+    today = scheduler.tracker.health._today()
+    for _ in range(50):  # the first host falls sick: every attempt answered 503
+        scheduler.tracker.hosts.attempt("127.0.0.1", "unavailable", today, 500.0, None)
+    request = scheduler.next_request()
+    assert request is not None
+    assert request.url.startswith("http://127.0.0.2:9/")
+    assert crawler.stats.get_value("costsched/skipped/unhealthy") == 200
+    scheduler.close("finished")
