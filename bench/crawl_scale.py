@@ -121,6 +121,15 @@ def seed_state(path: Path, site: str, pages: int, now: float) -> None:
         store.close()
 
 
+def copy_state(seed: Path, state: Path) -> None:
+    """*seed* copied to *state* as a run that closed it would have left it (so the crawl's open finds
+    the clean-close stamp a daily crawl finds, rather than a file nothing vouches for)."""
+    shutil.copyfile(seed, state)
+    store = SqliteDictStorage(state)
+    store.open()
+    store.close()
+
+
 @dataclass
 class Crawl:
     """One crawl process: what the driver measured and what the crawl reported."""
@@ -322,7 +331,7 @@ def main() -> None:
             # Alternate which goes first (the first pair must start with the add-on: it picks the URLs).
             for mode in ("costsched", "plain") if r % 2 == 0 else ("plain", "costsched"):
                 if mode == "costsched":
-                    shutil.copyfile(seed, state)
+                    copy_state(seed, state)
                 crawls[mode] = run_crawl(mode, workdir, site, args.budget, state, urls, f"{mode}-{r}", args.profile)
                 if mode == "costsched":
                     urls = workdir / f"{mode}-{r}.visited"

@@ -165,11 +165,11 @@ class Learner:
         refitted = 0
         for group, keys in members.items():
             sample = keys if len(keys) <= PRIOR_SAMPLE else rng.sample(keys, PRIOR_SAMPLE)
+            stored = dict(self.store.get_pages(sample))  # one read, not a round trip per page
             pages = []
             for key in sample:
-                data = self.store.get_page(key)
                 try:
-                    page = PageState.from_json(data)
+                    page = PageState.from_json(stored.get(key))
                 except ValueError:
                     continue  # counted when the crawl read it
                 if page.stats.visits > 0:

@@ -68,7 +68,9 @@ class StateStorage(Protocol):
 
     def close(self) -> None: ...
 
-    def commit(self) -> None: ...
+    def commit(self, wait: bool = True) -> None:
+        """Make every write so far durable. With *wait* false, the commit may still be under way on
+        return (a crash then may lose it); the next commit that waits, or ``close``, includes it."""
 
     def get_meta(self, key: str) -> Any: ...
 
@@ -164,7 +166,7 @@ class SqliteDictStorage:
             if not self.path.exists() or self.path.stat().st_size == 0:
                 raise StateError(f"There is no costsched state at {str(self.path)!r}: run a crawl first, "
                                  "or name the state with --state or COSTSCHED_STATE.")
-            if self._check_existing() < SCHEMA_VERSION:
+            if self._check_existing(self._closed_cleanly()) < SCHEMA_VERSION:
                 raise StateError(f"The costsched state {str(self.path)!r} is of an older schema; run a crawl "
                                  "with it once to upgrade it.")
             self._reader()
@@ -177,7 +179,8 @@ class SqliteDictStorage:
             if exists and fresh:
                 # A crash between creating the file and its first commit, or a touch: nothing to lose.
                 logger.warning("The costsched state %r is empty, initialised as a new state.", str(self.path))
-            version = SCHEMA_VERSION if fresh else self._check_existing()
+            version = SCHEMA_VERSION if fresh else self._check_existing(self._closed_cleanly())
+            self._stamp("")  # written to from here on: a crash leaves no stamp, so the next open checks
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,
                                   autocommit=False, outer_stack=False)
             columns = ", ".join(f"c{i}" for i in range(PLAN_COLUMNS))
@@ -192,8 +195,12 @@ class SqliteDictStorage:
             self._release()
             raise
 
+    @property
+    def _lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
     def _acquire_lock(self) -> None:
-        lock = (self.path.parent / (self.path.name + ".lock")).open("a")
+        lock = self._lock_path.open("a", encoding="ascii")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -215,7 +222,31 @@ class SqliteDictStorage:
             self._write_pending()
             self.db.conn.execute(f'DELETE FROM "{TABLE}" WHERE key >= ? AND key < ?', ("plan:", "plan;"))
 
-    def _check_existing(self) -> int:
+    def _file_stamp(self) -> str:
+        """The state file as the file system sees it: size, modification time and inode."""
+        info = self.path.stat()
+        return f"closed {info.st_size} {info.st_mtime_ns} {info.st_ino}"
+
+    def _stamp(self, text: str) -> None:
+        """Keep *text* in the lock file (``""`` clears it)."""
+        assert self._lock is not None
+        self._lock.truncate(0)
+        self._lock.write(text)
+        self._lock.flush()
+
+    def _closed_cleanly(self) -> bool:
+        """Whether the file is as the last clean close left it: that close's stamp (in the lock file)
+        matches it and no journal says a writer stopped mid-transaction. Then nothing has written it
+        since a close that committed everything, and the page-by-page check can be spared (a crawl
+        clears the stamp when it opens the file, so a reading command checks a state in use)."""
+        try:
+            stamp = self._lock_path.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            return False
+        journal = self.path.with_name(self.path.name + "-journal")
+        return bool(stamp) and not journal.exists() and stamp == self._file_stamp()
+
+    def _check_existing(self, closed_cleanly: bool = False) -> int:
         """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it; the schema version.
 
         The file is read through a read-only connection, so a refused file is left as it was.
@@ -227,12 +258,12 @@ class SqliteDictStorage:
         kept = "it was left untouched"
         try:
             try:
-                row, damage = self._inspect()
+                row, damage = self._inspect(thorough=not closed_cleanly)
             except sqlite3.OperationalError:
                 if not self._roll_back_journal():
                     raise
                 kept = "only the transaction its last writer left unfinished was rolled back"
-                row, damage = self._inspect()
+                row, damage = self._inspect(thorough=True)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{where} is not a readable SQLite file ({exc}); {kept}. "
                              "Point COSTSCHED_STATE at another path or move the file away.") from None
@@ -253,11 +284,12 @@ class SqliteDictStorage:
                              "to start a new state, or put back a copy from before the damage.")
         return version
 
-    def _inspect(self) -> tuple[Any, str | None]:
-        """The stored schema row, and the first problem SQLite's quick_check finds in a file of ours.
+    def _inspect(self, thorough: bool) -> tuple[Any, str | None]:
+        """The stored schema row, and (*thorough*) the first problem SQLite's quick_check finds in a file of ours.
 
-        The check reads every page once (a fraction of a second for a few hundred MB); a damaged
-        page would otherwise fail later, mid-crawl, in sqlitedict's thread.
+        The check reads every page once (about half a second for 300 MB); a damaged page would
+        otherwise fail later, mid-crawl, in sqlitedict's thread. A file a clean close left as it
+        is (:meth:`_closed_cleanly`) is not checked again.
         """
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -265,8 +297,8 @@ class SqliteDictStorage:
             if TABLE not in tables:
                 return None, None
             found = conn.execute(f'SELECT value FROM "{TABLE}" WHERE key = ?', ("meta:schema",)).fetchone()
-            if found is None:
-                return None, None
+            if found is None or not thorough:
+                return (found[0] if found else None), None
             (verdict,) = conn.execute("PRAGMA quick_check(1)").fetchone()
             if verdict == "ok":
                 return found[0], None
@@ -295,6 +327,7 @@ class SqliteDictStorage:
             self._db.commit(blocking=True)
             self._db.close()
             self._db = None
+            self._stamp(self._file_stamp())
         self._uncommitted.clear()
         self._release()
 
@@ -311,12 +344,13 @@ class SqliteDictStorage:
             raise StateError(_NOT_OPEN)
         return self._db
 
-    def commit(self) -> None:
+    def commit(self, wait: bool = True) -> None:
         if self.read_only:
             return
         self._write_pending()
-        self.db.commit(blocking=True)
-        self._uncommitted.clear()
+        self.db.commit(blocking=wait)
+        if wait:  # until then, what sqlitedict took is read through its connection (ours may not see it yet)
+            self._uncommitted.clear()
 
     def get_meta(self, key: str) -> Any:
         if self.read_only:

@@ -207,6 +207,58 @@ def damaged_state(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def checks_made(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each open of a state read every page (quick_check), in order."""
+    made: list[bool] = []
+    inspect = SqliteDictStorage._inspect
+
+    def recording(self: SqliteDictStorage, thorough: bool) -> object:
+        made.append(thorough)
+        return inspect(self, thorough)
+
+    monkeypatch.setattr(SqliteDictStorage, "_inspect", recording)
+    return made
+
+
+def test_a_state_a_clean_close_left_is_not_read_page_by_page_again(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page-by-page check costs half a second per 300 MB at every open; it is spared when the file is
+    as the last clean close left it, and made when anything else wrote it since."""
+    path = tmp_path / "s.sqlite"
+    made = checks_made(monkeypatch)
+    store = SqliteDictStorage(path)
+    store.open()  # new: nothing to check
+    store.put_page("ab", {"url": "http://x/"}, [1])
+    store.close()
+    for _ in range(2):
+        store = SqliteDictStorage(path)
+        store.open()
+        store.close()
+    reader = SqliteDictStorage(path, read_only=True)
+    reader.open()
+    reader.close()
+    assert made == [False, False, False]
+    # Written by something else since (same size, a later modification time): checked.
+    path.write_bytes(path.read_bytes())
+    store = SqliteDictStorage(path)
+    store.open()
+    store.close()
+    assert made[-1] is True
+    # A writer that never closed (killed): its stamp was cleared when it opened.
+    code = ("import os, sys; from scrapy_costsched.storage import SqliteDictStorage; "
+            "s = SqliteDictStorage(sys.argv[1]); s.open(); s.put_page('cd', {'url': 'http://y/'}, [2]); "
+            "s.commit(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, check=True, timeout=60)
+    reader = SqliteDictStorage(path, read_only=True)
+    reader.open()
+    assert reader.get_page("cd") == {"url": "http://y/"}
+    reader.close()
+    store = SqliteDictStorage(path)
+    store.open()
+    store.close()
+    assert made[-2:] == [True, True]
+
+
 def test_a_damaged_state_of_ours_is_refused_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     damaged_state(path)
