@@ -199,6 +199,11 @@ class SqliteDictStorage:
     def _lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
+    @property
+    def _journal_path(self) -> Path:
+        """Where SQLite keeps a transaction's rollback journal; left behind, a writer stopped mid-transaction."""
+        return self.path.with_name(self.path.name + "-journal")
+
     def _acquire_lock(self) -> None:
         lock = self._lock_path.open("a", encoding="ascii")
         try:
@@ -243,10 +248,9 @@ class SqliteDictStorage:
             stamp = self._lock_path.read_text(encoding="ascii")
         except (OSError, UnicodeDecodeError):
             return False
-        journal = self.path.with_name(self.path.name + "-journal")
-        return bool(stamp) and not journal.exists() and stamp == self._file_stamp()
+        return bool(stamp) and not self._journal_path.exists() and stamp == self._file_stamp()
 
-    def _check_existing(self, closed_cleanly: bool = False) -> int:
+    def _check_existing(self, closed_cleanly: bool) -> int:
         """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it; the schema version.
 
         The file is read through a read-only connection, so a refused file is left as it was.
@@ -308,7 +312,7 @@ class SqliteDictStorage:
 
     def _roll_back_journal(self) -> bool:
         """Roll back a hot journal through a read-write connection; ``False`` if there is none."""
-        journal = self.path.with_name(self.path.name + "-journal")
+        journal = self._journal_path
         if not journal.exists():
             return False
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True)

@@ -6,6 +6,7 @@ import json
 import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import pytest
 from scrapy import Request, Spider
@@ -21,7 +22,10 @@ from scrapy_costsched.tracker import DAY
 from tests.helpers import fake_now, read_state, runspider
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
+
+    from scrapy.crawler import Crawler
 
     from tests.mockserver import EdgeSite
 
@@ -158,27 +162,34 @@ class HeadSpider(Spider):
         pass
 
 
-def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -> None:
-    """The plan ranks only the head the budget can reach; leftovers that walk past it rank the rest first."""
-    state = tmp_path / "state.sqlite"
+def planned_scheduler(state: Path, budget: float,
+                      pages: Iterable[tuple[str, str, float, float]]) -> tuple[Crawler, CostAwareScheduler]:
+    """A scheduler over a state that knows *pages* (URL, value tier, change rate, days since the last
+    visit), opened and planned without an engine (the wrapped scheduler a :class:`ListScheduler`)."""
     crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
-                                       "COSTSCHED_BUDGET": 20, "COSTSCHED_FALLBACK_SCHEDULER":
+                                       "COSTSCHED_BUDGET": budget, "COSTSCHED_FALLBACK_SCHEDULER":
                                        "tests.test_scheduler.ListScheduler"})
     spider = crawler.spider = crawler._create_spider()
     store = SqliteDictStorage(state)
     store.open()
-    for i in range(3000):
-        url = f"http://127.0.0.1:9/p/{i}"
-        rate = math.exp(-6.0 + 8.0 * ((i * 0.618) % 1.0))
-        page = PageState(url=url, host="127.0.0.1", page_type="p", value=("high", "normal", "low")[i % 3],
-                         first_seen=fake_now() - 90 * DAY, template=make_template(Request(url, callback=spider.parse),
-                                                                                   spider),
-                         last_visit=fake_now() - (1 + i % 17) * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
+    for url, value, rate, days in pages:
+        page = PageState(url=url, host=urlparse(url).hostname or "", page_type="p", value=value,
+                         first_seen=fake_now() - 90 * DAY,
+                         template=make_template(Request(url, callback=spider.parse), spider),
+                         last_visit=fake_now() - days * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
         store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(), page.summary())
     store.close()
     scheduler = CostAwareScheduler.from_crawler(crawler)
     scheduler.tracker.open()
     scheduler._plan()
+    return crawler, scheduler
+
+
+def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -> None:
+    """The plan ranks only the head the budget can reach; leftovers that walk past it rank the rest first."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 20, (
+        (f"http://127.0.0.1:9/p/{i}", ("high", "normal", "low")[i % 3], math.exp(-6.0 + 8.0 * ((i * 0.618) % 1.0)),
+         1 + i % 17) for i in range(3000)))
     full = tuple(c.key for _, c in rank(scheduler.tracker.candidates(fake_now()), cycle=scheduler.cycle))
     head = len(scheduler._ranking)
     assert 20 < head < len(full)
@@ -197,25 +208,9 @@ def test_a_sick_hosts_sunk_visits_do_not_idle_the_engine(tmp_path: Path) -> None
     """Found running the scale bench against a dead port: each call to next_request() moved one top-up of
     planned visits, all of them of a host that had fallen sick, into the wrapped scheduler, sank them all
     and returned ``None``; the engine then waited for its next heartbeat, five seconds per top-up."""
-    state = tmp_path / "state.sqlite"
-    crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
-                                       "COSTSCHED_BUDGET": 300, "COSTSCHED_FALLBACK_SCHEDULER":
-                                       "tests.test_scheduler.ListScheduler"})
-    spider = crawler.spider = crawler._create_spider()
-    store = SqliteDictStorage(state)
-    store.open()
-    for host, rate, count in (("127.0.0.1", 0.5, 200), ("127.0.0.2", 0.1, 400)):
-        for i in range(count):
-            url = f"http://{host}:9/p/{i}"
-            page = PageState(url=url, host=host, page_type="p", value="normal", first_seen=fake_now() - 90 * DAY,
-                             template=make_template(Request(url, callback=spider.parse), spider),
-                             last_visit=fake_now() - 3 * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
-            store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(),
-                           page.summary())
-    store.close()
-    scheduler = CostAwareScheduler.from_crawler(crawler)
-    scheduler.tracker.open()
-    scheduler._plan()
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 300, (
+        (f"http://{host}:9/p/{i}", "normal", rate, 3)
+        for host, rate, count in (("127.0.0.1", 0.5, 200), ("127.0.0.2", 0.1, 400)) for i in range(count)))
     planned_hosts = [scheduler.tracker.host_of(key) for key in scheduler._ranking.keys[:scheduler._plan_end]]
     assert planned_hosts[:200] == ["127.0.0.1"] * 200  # the first host's pages rank first...
     assert planned_hosts[200:]
