@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 REFRESH_PRIORITY_OFFSET = -10
 #: Requests moved from the plan into the wrapped scheduler at a time.
 TOP_UP = 64
+#: Visits the plan left out that a sick host's visit is weighed against before it may sink.
+SINK_WINDOW = 16
 
 _DEFEATING_MIDDLEWARES = {
     "scrapy_deltafetch.DeltaFetch": ("DELTAFETCH_ENABLED", "scrapy-deltafetch skips every URL it has seen once"),
@@ -556,8 +558,9 @@ class CostAwareScheduler(BaseScheduler):
     def _sank(self, request: Request) -> bool:
         """Whether *request*, a planned visit about to leave, fell out of the plan in this run: its host's
         health raised its cost so far that its index (value × gain / cost) is below that of the best visit
-        the plan left out. Then it is not sent, and its budget goes on down the ranking (to other hosts'
-        next-best visits)."""
+        the plan left out, each at its host's health now (the best of the next :data:`SINK_WINDOW`: a
+        visit of the same sick host is worth no more in its place). Then it is not sent, and its budget
+        goes on down the ranking (to other hosts' next-best visits)."""
         if not self.budgeted or request.meta.get(REASON_META) != "refresh" or SUBREQUEST_META in request.meta:
             return False
         position = self._planned.get(request.meta.get(PAGE_META, ""))
@@ -569,11 +572,19 @@ class CostAwareScheduler(BaseScheduler):
             return False
         if self._plan_end >= len(self._ranking) and (not self._rank_rest() or self._plan_end >= len(self._ranking)):
             return False  # nothing left to spend it on instead
-        if self._ranking.indices[position] * planned / now >= self._ranking.indices[self._plan_end]:
+        left_out = range(self._plan_end, min(self._plan_end + SINK_WINDOW, len(self._ranking)))
+        if self._ranking.indices[position] * planned / now >= max(map(self._index_now, left_out)):
             return False
         self.tracker.ledger.release(request)
         self.stats.inc_value("costsched/skipped/unhealthy")
         return True
+
+    def _index_now(self, position: int) -> float:
+        """The index of the ranking's visit at *position* at its host's health now."""
+        ranking = self._ranking
+        host, planned = self.tracker.host_of(ranking.keys[position]), ranking.costs[position]
+        now = self.tracker.health.cost_now(host, planned) if host is not None else planned
+        return ranking.indices[position] * planned / now
 
     def _reissue(self, key: str) -> Request | None:
         """A planned page's request from its template; ``None`` when only the spider can yield it."""
@@ -607,12 +618,7 @@ class CostAwareScheduler(BaseScheduler):
         if not self.tracker.health.worsened():
             return
         ranking = self._ranking
-        adjusted: list[tuple[float, int]] = []
-        for position in range(start, end):
-            host, planned = self.tracker.host_of(ranking.keys[position]), ranking.costs[position]
-            now = self.tracker.health.cost_now(host, planned) if host is not None else planned
-            adjusted.append((-ranking.indices[position] * planned / now, position))
-        order = [position for _, position in sorted(adjusted)]
+        order = sorted(range(start, end), key=lambda position: -self._index_now(position))
         if order == list(range(start, end)):
             return
         ranking.keys = ranking.keys[:start] + tuple(ranking.keys[p] for p in order) + ranking.keys[end:]

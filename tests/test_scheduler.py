@@ -223,3 +223,20 @@ def test_a_sick_hosts_sunk_visits_do_not_idle_the_engine(tmp_path: Path) -> None
     assert request.url.startswith("http://127.0.0.2:9/")
     assert crawler.stats.get_value("costsched/skipped/unhealthy") == 200
     scheduler.close("finished")
+
+
+def test_a_sick_hosts_visits_sink_only_below_a_visit_of_a_healthier_host(tmp_path: Path) -> None:
+    """A visit whose host fell sick gives way to a visit the plan left out only if that one is worth more at
+    its own host's health now: against a page of the same sick host it did not, so a one-host crawl sank its
+    whole plan, walked its ranking down and spent the budget on its least valuable pages."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 300, (
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5 if i < 150 else 0.1, 3) for i in range(600)))
+    best = scheduler._ranking.keys[0]
+    today = scheduler.tracker.health._today()
+    for _ in range(50):  # the only host falls sick: every attempt answered 503
+        scheduler.tracker.hosts.attempt("127.0.0.1", "unavailable", today, 500.0, None)
+    request = scheduler.next_request()
+    assert request is not None
+    assert scheduler.tracker.fingerprint(request) == best
+    assert crawler.stats.get_value("costsched/skipped/unhealthy") is None
+    scheduler.close("finished")
