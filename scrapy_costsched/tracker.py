@@ -675,6 +675,9 @@ class Tracker:
         back to the period and its page, untouched, is planned again in a later run."""
         self.ledger.release(request)
         self._release_robots(request)
+        key = request.meta.get(PAGE_META)
+        if isinstance(key, str):  # the 429 that asked for the pause is no failure of the page's
+            self._failed_attempts.discard(key)
         self.stats.inc_value("costsched/retry_after/released")
         host = urlparse_cached(request).hostname or ""
         if host not in self._paused_hosts:
@@ -703,7 +706,9 @@ class Tracker:
         key = request.meta.get(PAGE_META)
         self.accounts.charged(key if isinstance(key, str) else None, urlparse_cached(request).hostname or "", cost)
         if key is not None and not request.meta.get(SUBREQUEST_META):
-            if status is None and not self.visits.visited(key):
+            # No usable answer: a failed visit unless a later attempt (a retry) reaches the spider, also
+            # when that retry never goes out (the budget refused it): the page then backs off.
+            if (status is None or status == 429 or status >= 500) and not self.visits.visited(key):
                 self._failed_attempts.add(key)
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)

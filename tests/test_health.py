@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.helpers import ROOT, crawl, start_site
+from tests.helpers import ROOT, crawl, fake_tomorrow, read_state, start_site
 from tests.mockserver import ThrottlingSite
 
 from demo_site.catalog import DAY as DAY_SECONDS  # isort: skip  (example_project is on the path via tests.helpers)
@@ -344,3 +344,22 @@ def test_a_byte_budget_smaller_than_the_prior_page_still_fetches_and_learns(heal
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=20kB")
     assert stats["costsched/visits"] >= 10
     assert stats["costsched/period_spent"] <= 20_000 + 16 * MAX_ATTEMPT_BYTES
+
+
+def test_a_visit_whose_retry_the_budget_refuses_is_a_failed_visit_and_backs_off(tmp_path: Path) -> None:
+    """Found trying a one-host crawl whose host answered 503 to everything: RetryMiddleware's retries were
+    refused for budget, and the visits vanished (no failure counted, no backoff: planned again next run)."""
+    sick = ThrottlingSite("127.0.0.12")
+    try:
+        crawl_pages(tmp_path, [sick], "COSTSCHED_CLOCK=tests.helpers.fake_now")  # shadow mode: learns every page
+        sick.failing = True
+        stats = crawl_pages(tmp_path, [sick], "COSTSCHED_BUDGET=10", "COSTSCHED_CLOCK=tests.helpers.fake_tomorrow",
+                            gives_up=True)
+    finally:
+        sick.close()
+    assert stats["costsched/visits"] > 0
+    assert stats["costsched/failed"] == stats["costsched/visits"]
+    pages = read_state(tmp_path / "state.sqlite")["pages"].values()
+    backing_off = [page for page in pages if page["not_before"] is not None]
+    assert len(backing_off) == stats["costsched/visits"]
+    assert all(page["not_before"] > fake_tomorrow() for page in backing_off)
