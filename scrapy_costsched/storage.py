@@ -68,9 +68,7 @@ class StateStorage(Protocol):
 
     def close(self) -> None: ...
 
-    def commit(self, wait: bool = True) -> None:
-        """Make every write so far durable. With *wait* false, the commit may still be under way on
-        return (a crash then may lose it); the next commit that waits, or ``close``, includes it."""
+    def commit(self) -> None: ...
 
     def get_meta(self, key: str) -> Any: ...
 
@@ -348,13 +346,12 @@ class SqliteDictStorage:
             raise StateError(_NOT_OPEN)
         return self._db
 
-    def commit(self, wait: bool = True) -> None:
+    def commit(self) -> None:
         if self.read_only:
             return
         self._write_pending()
-        self.db.commit(blocking=wait)
-        if wait:  # until then, what sqlitedict took is read through its connection (ours may not see it yet)
-            self._uncommitted.clear()
+        self.db.commit(blocking=True)
+        self._uncommitted.clear()
 
     def get_meta(self, key: str) -> Any:
         if self.read_only:

@@ -347,15 +347,11 @@ class Tracker:
         self.store.set_meta("volatile_fields", self.volatile.to_state())
 
     def commit(self) -> None:
-        """A safe point: everything observed so far survives a crash once the store has committed it.
-
-        The crawl does not wait for that: sqlitedict's thread commits while the crawl goes on, and
-        the next ledger grant (:meth:`_commit_grant`, every 16 requests sent) waits for it.
-        """
+        """A safe point: everything observed so far survives a crash from here on."""
         if self.store is None:
             return
         self._save()
-        self.store.commit(wait=False)
+        self.store.commit()
         self._since_commit = 0
         self.stats.inc_value("costsched/commits")
         logger.debug("costsched: committed; %d observations in this run",

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.helpers import ROOT, crawl, fake_tomorrow, read_state, start_site
+from tests.helpers import FAKE_START, ROOT, crawl, read_state, start_site
 from tests.mockserver import ThrottlingSite
 
 from demo_site.catalog import DAY as DAY_SECONDS  # isort: skip  (example_project is on the path via tests.helpers)
@@ -362,4 +362,4 @@ def test_a_visit_whose_retry_the_budget_refuses_is_a_failed_visit_and_backs_off(
     pages = read_state(tmp_path / "state.sqlite")["pages"].values()
     backing_off = [page for page in pages if page["not_before"] is not None]
     assert len(backing_off) == stats["costsched/visits"]
-    assert all(page["not_before"] > fake_tomorrow() for page in backing_off)
+    assert all(page["not_before"] > FAKE_START + DAY_SECONDS for page in backing_off)  # the crawl's fake_tomorrow
