@@ -7,9 +7,11 @@ it can run off the reactor thread once the crawl's pages are flushed.
 
 from __future__ import annotations
 
+import heapq
 import logging
-import random
 from typing import TYPE_CHECKING
+
+import xxhash
 
 from scrapy_costsched.model import RatePrior, estimate_rate
 from scrapy_costsched.model.discovery import NewLinkStats
@@ -159,12 +161,12 @@ class Learner:
         for key, group in groups:
             if group in members:
                 members[group].append(key)
-        for keys in members.values():
-            keys.sort()  # the sample depends on the order
-        rng = random.Random(seed)
         refitted = 0
+        salt = seed % 2**64
         for group, keys in members.items():
-            sample = keys if len(keys) <= PRIOR_SAMPLE else rng.sample(keys, PRIOR_SAMPLE)
+            # The pages whose keys hash lowest under the seed: a sample that depends on neither the order
+            # the keys came in nor on sorting all of them (a group may hold millions).
+            sample = heapq.nsmallest(PRIOR_SAMPLE, keys, key=lambda key: xxhash.xxh64_intdigest(key.encode(), salt))
             stored = dict(self.store.get_pages(sample))  # one read, not a round trip per page
             pages = []
             for key in sample:

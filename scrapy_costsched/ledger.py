@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 HOLD_META = "costsched_hold"
 #: A grant covers this many more planned visits than are reserved when it is written,
 #: so the state is committed once per chunk of requests rather than once per request.
-GRANT_CHUNK_VISITS = 16
+GRANT_CHUNK_VISITS = 64
 #: ...and at most this share of the period's budget (what a crash may leave unspent).
 GRANT_CHUNK_SHARE = 0.05
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy_costsched.pages import PageState, Summary
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
 
     from scrapy.statscollectors import StatsCollector
 
@@ -171,9 +171,9 @@ class PageBook:
             if page is not None:
                 yield key, Summary.from_row(page.summary())
 
-    def summaries(self) -> Iterator[tuple[str, list[Any] | Summary]]:
+    def summaries(self) -> Iterator[tuple[str, Sequence[Any]]]:
         """Every page as planning sees it, read from the store's compact rows (flush first): the fields
-        of :class:`Summary` in order, as the store's list (a named tuple per page costs more than the rest
+        of :class:`Summary` in order, as the store's tuple or list (a named tuple per page costs more than the rest
         of the read); ``Summary._make`` gives them their names.
 
         Read to the end, it indexes every known page (:meth:`known`, :meth:`profile`).

@@ -15,6 +15,8 @@ from scrapy_costsched.model import ChangeStats, RateEstimate
 from scrapy_costsched.model.discovery import NewLinkStats
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from scrapy import Request, Spider
 
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
@@ -219,7 +221,7 @@ class Summary(NamedTuple):
     links: list[float] | None = None
 
     @classmethod
-    def from_row(cls, row: list[Any]) -> Summary:
+    def from_row(cls, row: Sequence[Any]) -> Summary:
         return cls(*row[: len(cls._fields)])
 
 

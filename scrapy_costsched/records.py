@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import date, time
 from decimal import Decimal
 from enum import Enum
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -141,9 +142,9 @@ class RecordHasher:
     ignore_fields: Mapping[str, tuple[str, ...]]
     item_key: Mapping[str, str]
 
-    @property
+    @cached_property
     def config_id(self) -> str:
-        """Identifies the configuration; pages hashed under another one are re-baselined."""
+        """Identifies the configuration; pages hashed under another one are re-baselined (asked of every item)."""
         config = [CANONICAL_FORM_VERSION, sorted(self.hash_fields.items()), sorted(self.ignore_fields.items()),
                   sorted(self.item_key.items())]
         return xxhash.xxh3_64_hexdigest(json.dumps(config, sort_keys=True).encode())

@@ -25,7 +25,7 @@ from sqlitedict import SqliteDict
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 #: Bumped when stored data changes shape; a newer file is refused, never rewritten.
 #: Version 2 moved the summaries from ``plan:`` rows of :data:`TABLE` to :data:`PLAN_TABLE`.
@@ -81,7 +81,7 @@ class StateStorage(Protocol):
 
     def put_page(self, fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None: ...
 
-    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
+    def iter_summaries(self) -> Iterator[tuple[str, Sequence[Any]]]:
         """Every page's fingerprint and summary (the items ``put_page`` stored), in no particular order."""
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -474,12 +474,12 @@ class SqliteDictStorage:
         finally:
             conn.close()
 
-    def iter_summaries(self) -> Iterator[tuple[str, list[Any]]]:
-        """Every page's fingerprint and summary (booleans in columns come back as 0 or 1)."""
+    def iter_summaries(self) -> Iterator[tuple[str, Sequence[Any]]]:
+        """Every page's fingerprint and summary (booleans in columns come back as 0 or 1; a tuple or a list)."""
         for chunk in self._scan(f'SELECT {", ".join(_PLAN_FIELDS)} FROM "{PLAN_TABLE}"'):
             for row in chunk:
                 text = row[2]
-                yield row[0], [*row[3:row[1] + 3]] if text is None else json.loads(text)
+                yield row[0], row[3:row[1] + 3] if text is None else json.loads(text)
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every page's record, in storage order rather than through the key index (which jumps across the

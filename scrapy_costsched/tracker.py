@@ -310,6 +310,7 @@ class Tracker:
             self.store = None
 
     def _summarise(self, reason: str) -> None:
+        self._update_spend_stats()
         get = self.stats.get_value
         period_end = (self.ledger.period + 1) * self.config.budget_period
         spent = self.ledger.spent_this_run
@@ -331,6 +332,8 @@ class Tracker:
                    - get("costsched/not_modified/discarded", 0))
 
     def _update_spend_stats(self) -> None:
+        """The spend stats, brought up to date at each commit and at close rather than at each attempt
+        (a stats call costs more than the bookkeeping it reports)."""
         spent = self.ledger.spent_this_run
         self.stats.set_value("costsched/spent", spent)
         self.stats.set_value("costsched/period_spent", self.ledger.spent)
@@ -344,7 +347,8 @@ class Tracker:
         self.pages.flush()
         self.hosts.save()
         self.accounts.save()
-        self.store.set_meta("volatile_fields", self.volatile.to_state())
+        if self.volatile.unsaved:  # a sample of a few hundred pages, rewritten only when it changed
+            self.store.set_meta("volatile_fields", self.volatile.to_state())
 
     def commit(self) -> None:
         """A safe point: everything observed so far survives a crash from here on."""
@@ -353,6 +357,7 @@ class Tracker:
         self._save()
         self.store.commit()
         self._since_commit = 0
+        self._update_spend_stats()
         self.stats.inc_value("costsched/commits")
         logger.debug("costsched: committed; %d observations in this run",
                      sum(self.stats.get_value(f"costsched/{o}", 0)
@@ -361,7 +366,7 @@ class Tracker:
     def _commit_grant(self) -> None:
         """The ledger's safe point: its grant reaches the disk before the requests it covers leave.
 
-        Changed pages are not flushed for it: a grant is due every 16 requests sent, and writing
+        Changed pages are not flushed for it: a grant is due every 64 requests sent, and writing
         every page changed since the last one would write most visited pages twice per visit
         (once when their answer is measured, again when observed). They are committed with the
         observations (:meth:`commit`), which is what ``COSTSCHED_COMMIT_EVERY`` promises.
@@ -708,7 +713,6 @@ class Tracker:
                 self._failed_attempts.add(key)
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)
-        self._update_spend_stats()
 
     def _billed_bytes(self, request: Request, size: int) -> float:
         """The bytes an attempt is billed for: those measured on the wire, times ``COSTSCHED_RENDER_FACTOR`` for a
@@ -1019,8 +1023,6 @@ class Tracker:
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
                 self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None)
-                if outcome == "changed":
-                    self._update_spend_stats()
         cost = self.accounts.observed(key, page.host, page.page_type, outcome)
         if outcome in NO_CHANGE:
             page.no_change_cost += cost

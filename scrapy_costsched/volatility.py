@@ -67,6 +67,8 @@ class VolatileFields:
         self._tally: dict[str, dict[str, list[int]]] = {}
         #: page type -> fields already returned by :meth:`observe`, in this run.
         self._reported: dict[str, set[str]] = {}
+        #: Whether the sample or its comparisons changed since :meth:`to_state` was last asked.
+        self.unsaved = False
 
     def observe(self, page_type: str, page_key: str, previous: dict[str, str] | None,
                 current: dict[str, str]) -> list[str]:
@@ -79,6 +81,7 @@ class VolatileFields:
         fields = pages.get(page_key)
         if fields is None and len(pages) < MAX_PAGES:
             fields = pages[page_key] = {}
+            self.unsaved = True
         if fields is not None and previous is not None:
             self._compare(page_type, fields, previous, current)
         reported = self._reported.setdefault(page_type, set())
@@ -101,6 +104,7 @@ class VolatileFields:
 
     def to_state(self) -> dict[str, Any]:
         """``{page type: {page key: {field: "0110"}}}``, the last comparisons oldest first; JSON as it is."""
+        self.unsaved = False
         return {page_type: {key: dict(fields) for key, fields in pages.items()}
                 for page_type, pages in self._history.items()}
 
@@ -117,6 +121,7 @@ class VolatileFields:
                 for name, history in list(saved.items())[:MAX_FIELDS]:
                     if isinstance(history, str) and history and set(history) <= {_CHANGED, _SAME}:
                         self._set(str(page_type), fields, str(name), history[-WINDOW:])
+        self.unsaved = False
         return self
 
     def _compare(self, page_type: str, fields: dict[str, str], previous: dict[str, str],
@@ -135,6 +140,7 @@ class VolatileFields:
                 tally[0] += sign
                 tally[1] += sign * verdict
         fields[name] = history
+        self.unsaved = True
 
     def _is_volatile(self, page_type: str, name: str) -> bool:
         counted, volatile = self._tally.get(page_type, {}).get(name, (0, 0))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from scrapy_costsched.ledger import GRANT_CHUNK_SHARE, GRANT_CHUNK_VISITS
 from scrapy_costsched.storage import SqliteDictStorage
 from tests.helpers import PROJECT, DemoSite, crawl, crawl_command, read_state
 
@@ -42,8 +43,8 @@ MAX_EXTRA_DELAY = 0.3
 #: Bounds every wait on a crawl process; a healthy run ends long before.
 RUN_TIMEOUT = 120.0
 #: What a kill may leave unspent besides the requests in flight: the chunk the ledger commits ahead
-#: (README: "one chunk of 16 visits, at most 5% of the budget") and a robots.txt held before it is fetched.
-CHUNK = min(16, math.ceil(0.05 * BUDGET)) + 1
+#: (docs/usage.md: "one chunk of 64 visits, at most 5% of the budget") and a robots.txt held before it is fetched.
+CHUNK = min(GRANT_CHUNK_VISITS, math.ceil(GRANT_CHUNK_SHARE * BUDGET)) + 1
 
 
 class CountingSite:

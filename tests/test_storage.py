@@ -7,11 +7,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage, StateError, storage_from_uri
+from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage, StateError, StateStorage, storage_from_uri
 from tests.helpers import ROOT, DemoSite, crawl
 
 if TYPE_CHECKING:
@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def summaries(store: StateStorage) -> list[tuple[str, list[Any]]]:
+    """The store's summaries by key, each as a list (the store may give a tuple)."""
+    return sorted((key, list(summary)) for key, summary in store.iter_summaries())
 
 
 def test_pages_summaries_and_meta_survive_reopen(tmp_path: Path) -> None:
@@ -31,7 +36,7 @@ def test_pages_summaries_and_meta_survive_reopen(tmp_path: Path) -> None:
     reopened = storage_from_uri(f"sqlite:///{tmp_path / 's.sqlite'}")  # sqlite:////absolute/path
     reopened.open()
     assert reopened.get_page("ab") == {"url": "http://x/"}
-    assert list(reopened.iter_summaries()) == [("ab", [None, 0.5, "high", False, True, "x|default"])]
+    assert summaries(reopened) == [("ab", [None, 0.5, "high", False, True, "x|default"])]
     assert reopened.get_meta("ledger:1") == 12.0
     assert reopened.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
     reopened.close()
@@ -48,7 +53,7 @@ def test_summaries_come_back_as_they_were_put(tmp_path: Path, summary: list[obje
     store.put_page("ab", {"n": 1}, summary)
     store.commit()
     store.put_page("cd", {"n": 2}, summary)  # read before its commit too
-    assert sorted(store.iter_summaries()) == [("ab", summary), ("cd", summary)]
+    assert summaries(store) == [("ab", summary), ("cd", summary)]
     store.close()
 
 
@@ -78,7 +83,7 @@ def test_a_version_1_state_is_upgraded_with_its_summaries(tmp_path: Path) -> Non
     store = SqliteDictStorage(path)
     store.open()
     assert store.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
-    assert sorted(store.iter_summaries()) == [
+    assert summaries(store) == [
         ("ab", [None, 0.5, "high", False, True, "x|default"]),
         ("cd", [1.0, 0.5, "low", False, True, "x|t", None, 0.1, 0.9, None, [1.0, 2.0, 3.0]]),
     ]

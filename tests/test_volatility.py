@@ -102,6 +102,25 @@ def test_the_verdict_survives_the_state_and_is_reported_once_per_run() -> None:
     assert after.observe("Product", "page 0", None, ignoring.field_hashes(product(0, 3))) == []
 
 
+def test_the_sample_is_saved_again_only_after_it_changed() -> None:
+    """Commits write the sample only when an observation changed it (it is rewritten whole)."""
+    fields = VolatileFields()
+    assert not fields.unsaved
+    fields.observe("Product", "page 0", None, HASHER.field_hashes(product(0, 0)))  # joins the sample
+    assert fields.unsaved
+    state = fields.to_state()
+    assert not fields.unsaved
+    sampled = [f"page {page}" for page in range(MAX_PAGES)]
+    for key in sampled[1:]:
+        fields.observe("Product", key, None, HASHER.field_hashes(product(0, 0)))
+    fields.to_state()
+    fields.observe("Product", "not sampled", HASHER.field_hashes(product(0, 0)), HASHER.field_hashes(product(0, 1)))
+    assert not fields.unsaved  # the sample is full and this page is not in it
+    fields.observe("Product", "page 0", HASHER.field_hashes(product(0, 0)), HASHER.field_hashes(product(0, 1)))
+    assert fields.unsaved
+    assert not VolatileFields.from_state(state).unsaved
+
+
 def test_malformed_state_is_skipped() -> None:
     state = {"Product": {"a": {"f": "12"}, "b": ["f"], "c": {"f": 3, "g": ""}, "d": {"f": "0110"}}, "Article": 1}
     assert VolatileFields.from_state(state).to_state() == {"Product": {"a": {}, "c": {}, "d": {"f": "0110"}}}

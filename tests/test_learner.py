@@ -1,0 +1,67 @@
+"""The end-of-run prior refit: which pages it samples, and what it writes back."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import TYPE_CHECKING
+
+from scrapy_costsched.learner import Learner
+from scrapy_costsched.model import ChangeStats, RateEstimate
+from scrapy_costsched.model.learning import PRIOR_SAMPLE
+from scrapy_costsched.pages import PageState
+from scrapy_costsched.storage import SqliteDictStorage
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+GROUP = "shop.example|product"
+
+
+def seeded_store(path: Path, pages: int) -> SqliteDictStorage:
+    """A state of *pages* product pages of one host, each with a short history of its own."""
+    rng = random.Random(3)
+    store = SqliteDictStorage(path)
+    store.open()
+    for i in range(pages):
+        stats = ChangeStats()
+        rate = math.exp(rng.uniform(-5.0, 1.0))
+        for _ in range(4):
+            stats.add(1.0, changed=rng.random() < -math.expm1(-rate))
+        page = PageState(url=f"http://shop.example/p/{i}", host="shop.example", page_type="product",
+                         value="normal", first_seen=0.0, last_visit=86400.0, stats=stats,
+                         estimate=RateEstimate(1.0, 0.5, 2.0))
+        store.put_page(f"{i:040x}", page.to_json(), page.summary())
+    store.commit()
+    return store
+
+
+def refit(store: SqliteDictStorage, keys: list[str], seed: int) -> dict[str, list[float]]:
+    """Refit the group's prior with the pages' keys given in *keys*' order; the priors stored."""
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    learner.observed_groups.add(GROUP)
+    assert learner.refit_priors(seed=seed, groups=[(key, GROUP) for key in keys]) == 1
+    store.commit()
+    priors: dict[str, list[float]] = store.get_meta("priors")
+    return priors
+
+
+def test_the_refit_samples_the_same_pages_whatever_order_the_keys_come_in(tmp_path: Path) -> None:
+    """A group larger than the sample: the sample depends on the seed, not on the order of the keys,
+    and only the sampled pages are re-estimated and written back."""
+    pages = PRIOR_SAMPLE * 3
+    keys = [f"{i:040x}" for i in range(pages)]
+    forward = seeded_store(tmp_path / "a.sqlite", pages)
+    backward = seeded_store(tmp_path / "b.sqlite", pages)
+    prior = refit(forward, keys, seed=20_000)
+    assert refit(backward, keys[::-1], seed=20_000) == prior
+    rewritten = [key for key, data in forward.get_pages(keys) if data["estimate"] != [1.0, 0.5, 2.0]]
+    assert len(rewritten) == PRIOR_SAMPLE
+    assert sorted(rewritten) == sorted(key for key, data in backward.get_pages(keys)
+                                       if data["estimate"] != [1.0, 0.5, 2.0])
+    # Another period draws another sample.
+    other = seeded_store(tmp_path / "c.sqlite", pages)
+    refit(other, keys, seed=20_001)
+    assert sorted(key for key, data in other.get_pages(keys) if data["estimate"] != [1.0, 0.5, 2.0]) != sorted(rewritten)
+    for store in (forward, backward, other):
+        store.close()
