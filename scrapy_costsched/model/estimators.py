@@ -67,9 +67,8 @@ _LOG_GRID_SQ = tuple(x * x for x in _LOG_GRID)
 _RATE_GRID = tuple(math.exp(x) for x in _LOG_GRID)
 _GRID_EDGES = tuple(_LOG_GRID_LOW + (j - 0.5) * _LOG_STEP for j in range(_GRID_SIZE + 1))
 # What each estimate on the fixed grid would otherwise compute again: -rate (negation is exact, so
-# (-rate) * u is -(rate * u)), and each cell's width and centre.
+# (-rate) * u is -(rate * u)), and each cell's centre (every cell is _LOG_STEP wide).
 _NEG_RATE_GRID = tuple(-rate for rate in _RATE_GRID)
-_GRID_WIDTHS = tuple(b - a for a, b in pairwise(_GRID_EDGES))
 _GRID_CENTRES = tuple(0.5 * (a + b) for a, b in pairwise(_GRID_EDGES))
 _MIN_SD_LOG = 0.05
 _SUPPORT_DROP = 40.0
@@ -443,12 +442,15 @@ def _log_prior_column(mean_log: float, sd_log: float) -> tuple[float, ...]:
     return tuple(v - norm for v in raw)
 
 
-def _grid_log_likelihood(stats: ChangeStats) -> list[float]:
+def _grid_log_likelihood(stats: ChangeStats, start: Sequence[float] | None = None) -> list[float]:
+    """The log-likelihood of *stats* at each rate of the fixed grid, plus *start* (a log-prior column) if given."""
     # -rate * u, then + w * log(1 - e^(-rate * t)) per changed bin, with map rather than a comprehension:
     # it runs at every visit's estimate.
-    ll = list(map(mul, _NEG_RATE_GRID, repeat(stats.unchanged_time)))
+    unchanged = map(mul, _NEG_RATE_GRID, repeat(stats.unchanged_time))
+    ll = list(unchanged if start is None else map(add, start, unchanged))
     for t, w in stats.changed.items():
-        ll = list(map(add, ll, map(mul, repeat(w), _log_changed_column(t))))
+        column = _log_changed_column(t)
+        ll = list(map(add, ll, column if w == 1.0 else map(mul, repeat(w), column)))
     return ll
 
 
@@ -462,25 +464,29 @@ def _log_sum_exp(values: Iterable[float]) -> float:
     return top + math.log(math.fsum(math.exp(v - top) for v in values))
 
 
-def _summarise(points: Sequence[float], log_post: Sequence[float], edges: Sequence[float],
-               widths: Sequence[float] | None = None, centres: Sequence[float] | None = None) -> RateEstimate:
-    # Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate); *widths* and
-    # *centres* of the cells when the caller has them (the fixed grid's).
+def _summarise(log_post: Sequence[float], edges: Sequence[float], widths: Sequence[float] | float | None = None,
+               centres: Sequence[float] | None = None) -> RateEstimate:
+    """Posterior density taken constant over each cell [edges[j], edges[j + 1]] in log(rate).
+
+    *widths* and *centres* of the cells when the caller has them; one width for cells that are all
+    as wide (the fixed grid's), whose masses then need no weighting.
+    """
     top = max(log_post)
     if widths is None or centres is None:
         widths = [b - a for a, b in pairwise(edges)]
         centres = [0.5 * (a + b) for a, b in pairwise(edges)]
-    masses = list(map(mul, map(math.exp, map(sub, log_post, repeat(top))), widths))
+    densities = map(math.exp, map(sub, log_post, repeat(top)))
+    masses = list(densities if isinstance(widths, float) else map(mul, densities, widths))
     cumulative = list(accumulate(masses))
     total = cumulative[-1]
     mean_log = math.fsum(map(mul, masses, centres)) / total
 
     def quantile(q: float) -> float:
         target = q * total
-        j = min(bisect_left(cumulative, target), len(points) - 1)
+        j = min(bisect_left(cumulative, target), len(masses) - 1)
         before = cumulative[j - 1] if j else 0.0
         share = (target - before) / masses[j] if masses[j] > 0.0 else 0.5
-        return math.exp(edges[j] + share * widths[j])
+        return math.exp(edges[j] + share * (widths if isinstance(widths, float) else widths[j]))
 
     return RateEstimate(math.exp(mean_log), quantile(0.05), quantile(0.95))
 
@@ -547,7 +553,7 @@ def _refined_estimate(stats: ChangeStats, prior: RatePrior, start: float) -> Rat
     nodes = [*reversed(sides[0]), (mode, top), *sides[1]]
     points = [u for u, _ in nodes]
     edges = [points[0], *(0.5 * (x + y) for x, y in pairwise(points)), points[-1]]
-    return _summarise(points, [v for _, v in nodes], edges)
+    return _summarise([v for _, v in nodes], edges)
 
 
 def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
@@ -564,14 +570,13 @@ def estimate_rate(stats: ChangeStats, prior: RatePrior) -> RateEstimate:
     >>> round(est.rate, 3), round(est.low, 2), round(est.high, 1)
     (0.5, 0.1, 2.6)
     """
-    log_prior = _log_prior_column(prior.mean_log, prior.sd_log)
-    post = list(map(add, _grid_log_likelihood(stats), log_prior))
+    post = _grid_log_likelihood(stats, start=_log_prior_column(prior.mean_log, prior.sd_log))
     j = post.index(max(post))  # the first of equal maxima, as max(range(...), key=...) gives
     # A second difference below -1/4 means a posterior sd under two grid steps,
     # too narrow for accurate quantiles on the fixed grid.
     if 0 < j < _GRID_SIZE - 1 and post[j - 1] - 2.0 * post[j] + post[j + 1] < -0.25:
         return _refined_estimate(stats, prior, _LOG_GRID[j])
-    return _summarise(_LOG_GRID, post, _GRID_EDGES, _GRID_WIDTHS, _GRID_CENTRES)
+    return _summarise(post, _GRID_EDGES, _LOG_STEP, _GRID_CENTRES)
 
 
 def log_marginal_likelihood(stats: Iterable[ChangeStats], prior: RatePrior) -> float:
