@@ -1,12 +1,15 @@
 """Per-host state: what each host's validators have earned, which to send, what its visits cost in bytes,
 and how healthy it is.
 
-Kept in the state's meta and saved at every safe point: ``last_modified_trust``
-(audits of each host's Last-Modified dates), ``host_validators`` (its ETag
-audits, its 304 answers, how often it sends each validator), ``host_bytes``
-(the mean bytes of a full fetch and of a 304 per host and page type) and
-``host_health`` (recent attempts, failures, latency, Retry-After block;
-:mod:`~.model.health`). An unreadable entry restarts that host's learning only.
+Kept in the state's meta, one row per host (``host:<name>``): its Last-Modified audits
+(``last_modified``), its ETag audits, 304 answers and how often it sends each validator
+(``validators``), the mean bytes of a full fetch and of a 304 per page type (``bytes``)
+and its recent attempts, failures, latency and Retry-After block (``health``;
+:mod:`~.model.health`). A safe point rewrites only the rows of the hosts touched since the
+last one, so a crawl of many hosts does not rewrite all of them at every commit. States
+written before kept each kind in one row for every host (``last_modified_trust``,
+``host_validators``, ``host_bytes``, ``host_health``); those are read and moved into the
+per-host rows at the next save. An unreadable entry restarts that host's learning only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
 from scrapy_costsched.pages import MeanBytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_costsched.pages import PageState
@@ -28,38 +33,70 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: A host's row in the state's meta: ``{kind: entry}``, and under ``bytes`` its groups' means.
+HOST_PREFIX = "host:"
+#: The rows that held one kind of entry for every host before a row per host, and that kind.
+_SHARED_ROWS = {"last_modified_trust": "last_modified", "host_validators": "validators", "host_bytes": "bytes",
+                "host_health": "health"}
+
+
 class HostBook:
     """The hosts a crawl has seen and what their signals and answers are worth."""
 
     def __init__(self, store: StateStorage, stats: StatsCollector) -> None:
         self.store = store
         self.stats = stats
-        self.last_modified: dict[str, SignalTrust] = self._load(
-            "last_modified_trust", SignalTrust.from_json)
-        self.validators: dict[str, HostValidators] = self._load(
-            "host_validators", lambda data: HostValidators.from_json(data, SignalTrust()))
-        for host, validators in self.validators.items():
-            validators.last_modified = self.last_modified_trust(host)  # one object, audited by the learner
-        self.bytes: dict[str, MeanBytes] = self._load("host_bytes", MeanBytes.from_json)
-        self.health: dict[str, HostHealth] = self._load("host_health", HostHealth.from_json)
+        self.last_modified: dict[str, SignalTrust] = {}
+        self.validators: dict[str, HostValidators] = {}
+        self.bytes: dict[str, MeanBytes] = {}  # by group (host|page type), and group|304
+        self._groups: dict[str, set[str]] = {}  # each host's keys of bytes
+        self.health: dict[str, HostHealth] = {}
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
+        self._touched: set[str] = set()  # hosts whose entries may have changed since the last save
+        self._shared_rows: list[str] = []
+        for row, kind in _SHARED_ROWS.items():
+            stored = store.get_meta(row)
+            if stored:
+                self._shared_rows.append(row)
+                self._load(kind, stored if isinstance(stored, dict) else {})
+        for key, entries in store.iter_meta(HOST_PREFIX):
+            host = key[len(HOST_PREFIX):]
+            for kind, entry in (entries.items() if isinstance(entries, dict) else ()):
+                self._load(kind, entry if kind == "bytes" and isinstance(entry, dict) else {host: entry})
+        for host, validators in self.validators.items():
+            validators.last_modified = self.last_modified.setdefault(host, SignalTrust())  # one object, audited
+        for group in self.bytes:
+            self._groups.setdefault(group.partition("|")[0], set()).add(group)
+        if self._shared_rows:  # moved into rows of their own at the next save
+            self._touched.update(self.last_modified, self.validators, self.health, self._groups)
 
-    def _load(self, name: str, parse: Any) -> dict[str, Any]:
-        entries = {}
-        stored = self.store.get_meta(name) or {}
-        for key, data in (stored.items() if isinstance(stored, dict) else ()):
+    def _load(self, kind: str, stored: dict[str, Any]) -> None:
+        """Parse *stored* entries of one *kind* into their book (an unknown kind is skipped)."""
+        books: dict[str, tuple[dict[str, Any], Callable[[Any], Any]]] = {
+            "last_modified": (self.last_modified, SignalTrust.from_json),
+            "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
+            "bytes": (self.bytes, MeanBytes.from_json),
+            "health": (self.health, HostHealth.from_json),
+        }
+        if kind not in books:
+            return
+        entries, parse = books[kind]
+        for key, data in stored.items():
             try:
                 entries[key] = parse(data)
             except ValueError as exc:  # that host learns again; the others keep what they learned
-                logger.warning("costsched: ignoring the stored %s of %s: %s", name.replace("_", " "), key, exc)
+                logger.warning("costsched: ignoring the stored %s of %s: %s", kind.replace("_", " "), key, exc)
                 self.stats.inc_value("costsched/storage/unreadable_trust")
-        return entries
 
     def last_modified_trust(self, host: str) -> SignalTrust:
+        """*host*'s Last-Modified audits, to read or to audit (so it is saved at the next safe point)."""
+        self._touched.add(host)
         return self.last_modified.setdefault(host, SignalTrust())
 
     def of(self, host: str) -> HostValidators:
-        """The validators of *host* (its Last-Modified audits are :meth:`last_modified_trust`'s)."""
+        """The validators of *host* (its Last-Modified audits are :meth:`last_modified_trust`'s), to read or
+        to change (so they are saved at the next safe point)."""
+        self._touched.add(host)
         validators = self.validators.get(host)
         if validators is None:
             validators = self.validators[host] = HostValidators(last_modified=self.last_modified_trust(host))
@@ -91,7 +128,10 @@ class HostBook:
 
     def add_bytes(self, group: str, not_modified: bool, size: float) -> None:
         """One answer's bytes for pages of *group* (host and page type); 304s apart from full answers."""
-        self.bytes.setdefault(f"{group}|304" if not_modified else group, MeanBytes()).add(size)
+        host, key = group.partition("|")[0], f"{group}|304" if not_modified else group
+        self._touched.add(host)
+        self._groups.setdefault(host, set()).add(key)
+        self.bytes.setdefault(key, MeanBytes()).add(size)
 
     def mean_bytes(self, group: str | None, not_modified: bool) -> float | None:
         """The mean bytes of one kind of answer for pages of *group*, or over every group (``None``)."""
@@ -110,12 +150,14 @@ class HostBook:
 
     def attempt(self, host: str, outcome: str, today: float, size: float, latency: float | None) -> None:
         """One attempt at *host* came to *outcome* (:data:`~.model.health.OUTCOMES`)."""
+        self._touched.add(host)
         self.health_of(host).observe(outcome, today, size, latency)
         if outcome != "ok":
             self.stats.inc_value(f"costsched/hosts/{host}/failures/{outcome}")
 
     def block(self, host: str, until: float) -> bool:
         """*host* asked for no request before epoch second *until*; ``True`` if that is a new or longer block."""
+        self._touched.add(host)
         if not self.health_of(host).block(until):
             return False
         self.stats.inc_value(f"costsched/hosts/{host}/retry_after")
@@ -141,12 +183,23 @@ class HostBook:
                                      round(validators.answers.answered / answers, 4))
 
     def save(self) -> None:
-        if self.last_modified:
-            self.store.set_meta("last_modified_trust",
-                                {host: trust.to_json() for host, trust in self.last_modified.items()})
-        if self.validators:
-            self.store.set_meta("host_validators", {host: v.to_json() for host, v in self.validators.items()})
-        if self.bytes:
-            self.store.set_meta("host_bytes", {group: mean.to_json() for group, mean in self.bytes.items()})
-        if self.health:
-            self.store.set_meta("host_health", {host: health.to_json() for host, health in self.health.items()})
+        """Write the rows of the hosts touched since the last save (and retire the former shared rows)."""
+        for host in self._touched:
+            self.store.set_meta(f"{HOST_PREFIX}{host}", self._row(host))
+        self._touched.clear()
+        for row in self._shared_rows:
+            self.store.set_meta(row, None)
+        self._shared_rows = []
+
+    def _row(self, host: str) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        if host in self.last_modified:
+            row["last_modified"] = self.last_modified[host].to_json()
+        if host in self.validators:
+            row["validators"] = self.validators[host].to_json()
+        if host in self.health:
+            row["health"] = self.health[host].to_json()
+        groups = self._groups.get(host)
+        if groups:
+            row["bytes"] = {group: self.bytes[group].to_json() for group in sorted(groups)}
+        return row

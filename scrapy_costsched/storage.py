@@ -87,8 +87,9 @@ class StateStorage(Protocol):
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every page's fingerprint and full record, in no particular order."""
 
-    def iter_meta(self) -> Iterator[tuple[str, Any]]:
-        """Every meta row (ledger, priors, host books, ...) as ``get_meta`` gives it, sorted by key."""
+    def iter_meta(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Every meta row (ledger, priors, hosts, ...) whose key starts with *prefix*, as ``get_meta`` gives it,
+        sorted by key."""
 
 
 def _encode(value: Any) -> str:
@@ -360,9 +361,11 @@ class SqliteDictStorage:
         self._write_pending()  # a read is a round trip: whoever waits for it expects the writes before it done
         return self.db.get(f"meta:{key}")
 
-    def iter_meta(self) -> Iterator[tuple[str, Any]]:
+    def iter_meta(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        start = f"meta:{prefix}"
+        end = start[:-1] + chr(ord(start[-1]) + 1)  # the first key past every key that starts with *start*
         for chunk in self._scan(f'SELECT key, value FROM "{TABLE}" WHERE key >= ? AND key < ? ORDER BY key',
-                                ("meta:", "meta;")):
+                                (start, end)):
             for key, value in chunk:
                 yield key[len("meta:"):], json.loads(value)
 

@@ -94,7 +94,7 @@ def test_a_host_that_answers_304_to_everything_is_caught_by_its_first_conditiona
     host = history["hosts"]["false304"]
     caught = next((d for d in history["days"] if _verdict(d, host, "not_modified") == "false"), None)
     assert caught is not None, "the false-304 host was never caught"
-    answered, verified, false = caught["state"]["meta"]["host_validators"][host]["answers"][:3]
+    answered, verified, false = caught["state"]["meta"][f"host:{host}"]["validators"]["answers"][:3]
     assert (answered, verified, false) == (0, 0, 1)  # no 304 of it was ever believed
     first_conditional = next(i for i, e in enumerate(_entries(history, "false304")) if e["conditional"])
     assert _entries(history, "false304")[first_conditional]["status"] == 304
@@ -148,7 +148,8 @@ def test_a_host_without_validators_is_called_so_and_never_sent_any(history: dict
 
 def test_verdicts_and_304_shares_are_in_stats_and_in_the_state(history: dict[str, Any]) -> None:
     last = history["days"][-1]
-    stored = last["state"]["meta"]["host_validators"]
+    stored = {key.removeprefix("host:"): row["validators"] for key, row in last["state"]["meta"].items()
+              if key.startswith("host:") and "validators" in row}
     for mode in ("honour", "ignore", "false304"):
         host = history["hosts"][mode]
         assert host in stored

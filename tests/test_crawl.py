@@ -251,7 +251,7 @@ def volatile_history(site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_an_honest_hosts_last_modified_is_trusted_and_dates_changes(history: dict[str, Any]) -> None:
     state = read_state(history["state"])
-    assert state["meta"]["last_modified_trust"]["127.0.0.1"][2] == 0  # never contradicted
+    assert state["meta"]["host:127.0.0.1"]["last_modified"][2] == 0  # never contradicted
     assert _summed(history, "costsched/last_modified/contradicts") == 0
     assert _summed(history, "costsched/last_modified/volatile") == 0
     assert _summed(history, "costsched/last_modified/agrees") > 100
@@ -261,7 +261,7 @@ def test_an_honest_hosts_last_modified_is_trusted_and_dates_changes(history: dic
 
 
 def test_a_volatile_last_modified_is_never_trusted(volatile_history: dict[str, Any]) -> None:
-    counts = volatile_history["state"]["meta"]["last_modified_trust"]["127.0.0.1"]
+    counts = volatile_history["state"]["meta"]["host:127.0.0.1"]["last_modified"]
     assert counts[1] > counts[0] / 2  # volatile audits: unchanged records under a moving date
     assert _summed(volatile_history, "costsched/last_modified/dated_changes") == 0
     assert _summed(volatile_history, "costsched/changed") > 0
@@ -292,4 +292,4 @@ def test_a_frozen_last_modified_is_caught_at_the_first_change(small_site: DemoSi
     assert changed > 0
     assert contradicted == changed  # every change under a date that never moves
     assert sum(r.stats.get("costsched/last_modified/dated_changes", 0) for r in results) == 0
-    assert read_state(tmp_path / "state.sqlite")["meta"]["last_modified_trust"]["127.0.0.1"][2] == contradicted
+    assert read_state(tmp_path / "state.sqlite")["meta"]["host:127.0.0.1"]["last_modified"][2] == contradicted

@@ -107,15 +107,22 @@ def test_unreadable_stored_audits_restart_that_hosts_audits_only(edge_site: Edge
     runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
     assert runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")["costsched/last_modified/agrees"] == 4
     state = tmp_path / "state.sqlite"
-    assert read_state(state)["meta"]["last_modified_trust"] == {"127.0.0.1": [4, 0, 0]}
+    row = read_state(state)["meta"]["host:127.0.0.1"]
+    assert row["last_modified"] == [4, 0, 0]
     with sqlite3.connect(state) as conn:
         conn.execute('''UPDATE "costsched" SET value = ? WHERE key = ?''',
-                     (json.dumps({"127.0.0.1": "lots", "other.example": [5, 0, 0]}), "meta:last_modified_trust"))
+                     (json.dumps({**row, "last_modified": "lots"}), "meta:host:127.0.0.1"))
+        # As a state written before each host had a row of its own left another host's audits.
+        conn.execute('''INSERT INTO "costsched" (key, value) VALUES (?, ?)''',
+                     ("meta:last_modified_trust", json.dumps({"other.example": [5, 0, 0]})))
     conn.close()
     stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
     assert stats["costsched/storage/unreadable_trust"] == 1
     assert stats["costsched/unchanged"] == 4  # nothing recorded is lost
-    assert read_state(state)["meta"]["last_modified_trust"] == {"127.0.0.1": [4, 0, 0], "other.example": [5, 0, 0]}
+    meta = read_state(state)["meta"]
+    assert meta["host:127.0.0.1"]["last_modified"] == [4, 0, 0]
+    assert meta["host:other.example"] == {"last_modified": [5, 0, 0]}  # moved into its own row
+    assert meta["last_modified_trust"] is None
 
 
 class ListScheduler(BaseScheduler):
