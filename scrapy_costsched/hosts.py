@@ -53,6 +53,13 @@ class HostBook:
         self.health: dict[str, HostHealth] = {}
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
         self._touched: set[str] = set()  # hosts whose entries may have changed since the last save
+        #: Each kind of entry's book, and how a stored entry of it is parsed.
+        self._books: dict[str, tuple[dict[str, Any], Callable[[Any], Any]]] = {
+            "last_modified": (self.last_modified, SignalTrust.from_json),
+            "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
+            "bytes": (self.bytes, MeanBytes.from_json),
+            "health": (self.health, HostHealth.from_json),
+        }
         self._shared_rows: list[str] = []
         for row, kind in _SHARED_ROWS.items():
             stored = store.get_meta(row)
@@ -72,15 +79,9 @@ class HostBook:
 
     def _load(self, kind: str, stored: dict[str, Any]) -> None:
         """Parse *stored* entries of one *kind* into their book (an unknown kind is skipped)."""
-        books: dict[str, tuple[dict[str, Any], Callable[[Any], Any]]] = {
-            "last_modified": (self.last_modified, SignalTrust.from_json),
-            "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
-            "bytes": (self.bytes, MeanBytes.from_json),
-            "health": (self.health, HostHealth.from_json),
-        }
-        if kind not in books:
+        if kind not in self._books:
             return
-        entries, parse = books[kind]
+        entries, parse = self._books[kind]
         for key, data in stored.items():
             try:
                 entries[key] = parse(data)
