@@ -315,11 +315,13 @@ class Tracker:
         period_end = (self.ledger.period + 1) * self.config.budget_period
         spent = self.ledger.spent_this_run
         changed = get("costsched/changed", 0)
+        ignored = get("costsched/ignored", 0)  # failed visits too, but never sent: say why
         logger.info(
             "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged (%d of them 304s), "
-            "%d failed; spent %g %s%s; %s; next period starts in %.1f h",
+            "%d failed%s; spent %g %s%s; %s; next period starts in %.1f h",
             reason, get("costsched/visits", 0), get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
             self._not_modified_observed(), get("costsched/failed", 0),
+            f" ({ignored} refused before download by robots.txt or offsite rules)" if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
