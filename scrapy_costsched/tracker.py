@@ -127,6 +127,8 @@ class Tracker:
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
+        # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
+        self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
         self.yield_only: set[str] = set()
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
@@ -283,6 +285,12 @@ class Tracker:
         for key in self._failed_attempts:
             self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True))
         self._failed_attempts.clear()
+        for key in list(self._unrecorded_bytes):  # answers whose visit was never observed
+            page = self.page(key)
+            if page is not None:
+                self._record_bytes(key, page)
+                self.pages.changed(key, page)
+        self._unrecorded_bytes.clear()
         self.accounts.close(self._group_of)
         unsent = self.ledger.release_all()
         if unsent:
@@ -369,9 +377,9 @@ class Tracker:
         """The ledger's safe point: its grant reaches the disk before the requests it covers leave.
 
         Changed pages are not flushed for it: a grant is due every 64 requests sent, and writing
-        every page changed since the last one would write most visited pages twice per visit
-        (once when their answer is measured, again when observed). They are committed with the
-        observations (:meth:`commit`), which is what ``COSTSCHED_COMMIT_EVERY`` promises.
+        every page changed since the last one would write pages whose visits are under way, and
+        again when they are observed. They are committed with the observations (:meth:`commit`),
+        which is what ``COSTSCHED_COMMIT_EVERY`` promises.
         """
         if self.store is None:
             return
@@ -727,17 +735,22 @@ class Tracker:
         return size + self.config.request_overhead
 
     def _measured(self, key: str, not_modified: bool, size: float) -> None:
-        """A page's answer moved *size* bytes: into its mean and its host and page type's, 304s apart."""
+        """A page's answer moved *size* bytes: into its host and page type's mean now, 304s apart, and into the
+        page's own with its observation (so a commit between the two does not write the page twice)."""
         page = self.page(key)
         if page is None:
             return
         self.stats.inc_value(f"costsched/bytes/type/{page.page_type}", round(size))
-        name = "not_modified_bytes" if not_modified else "full_bytes"
-        mean = getattr(page, name) or MeanBytes()
-        mean.add(size)
-        setattr(page, name, mean)
         self.hosts.add_bytes(page.group, not_modified, size)
-        self.pages.changed(key, page)
+        self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
+
+    def _record_bytes(self, key: str, page: PageState) -> None:
+        """Add the bytes of *page*'s answers measured since its last observation to its means."""
+        for not_modified, size in self._unrecorded_bytes.pop(key, ()):
+            name = "not_modified_bytes" if not_modified else "full_bytes"
+            mean = getattr(page, name) or MeanBytes()
+            mean.add(size)
+            setattr(page, name, mean)
 
     def settle(self, request: Request, response: Response | None = None, exception: Exception | None = None) -> None:
         """*request* is answered (*response*) or failed: settle what a download did not already.
@@ -992,6 +1005,7 @@ class Tracker:
         page = self.page(key)
         if page is None or self.store is None:
             return
+        self._record_bytes(key, page)
         page.last_attempt = visit.time
         for raw in visit.values:
             self._raise_value(page, raw)

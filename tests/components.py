@@ -16,6 +16,7 @@ from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
 from scrapy_costsched.tracker import Tracker
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -51,14 +52,24 @@ class Run:
         assert self.crawler.stats is not None
         return self.crawler.stats.get_stats()
 
-    def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None) -> list[Any]:
-        """Fetch *url* once: its callback yields *outputs*; returns the items the pipeline let through."""
+    def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None,
+              downloaded: Callable[[], None] | None = None) -> list[Any]:
+        """Fetch *url* once: its callback yields *outputs*; returns the items the pipeline let through.
+
+        With *downloaded*, the answer leaves the downloader as in a crawl (it is metered), and
+        *downloaded* is called before the spider gets it.
+        """
         assert isinstance(self.crawler.spider, ShopSpider)
         request = Request(url, callback=self.crawler.spider.parse, meta=dict(meta or {}))
         key = self.tracker.fingerprint(request)
         self.tracker.sighting(request, key)
         request.meta["costsched_page"] = key
         response = HtmlResponse(url, body=b"<html></html>", request=request)
+        if downloaded is not None:
+            for signal, args in ((signals.response_downloaded, {"response": response}),
+                                 (signals.request_left_downloader, {})):
+                self.crawler.signals.send_catch_log(signal, request=request, spider=self.crawler.spider, **args)
+            downloaded()
         self.middleware.process_spider_input(response)
         kept = []
         for output in self.middleware.process_spider_output(response, outputs):

@@ -111,3 +111,27 @@ def test_spider_hook_sets_value_from_items(runs: Any) -> None:
     run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None
     run.visit(URL, [Product("a", 1.0)])
     assert run.page(URL).value == 9.0
+
+
+def test_a_page_is_written_once_a_visit_when_a_commit_falls_between_its_answer_and_its_observation(
+        runs: Any) -> None:
+    """The answer's bytes wait for the visit's observation, so a commit of other visits' observations in
+    between (one every ``COSTSCHED_COMMIT_EVERY``) does not write the page a first time, half-updated."""
+    runs().visit(URL, [Product("a", 1.0)])
+    run = runs()
+    assert run.tracker.store is not None
+    store, written = run.tracker.store, []
+    put_page = store.put_page
+
+    def spy(fingerprint: str, page: dict[str, Any], summary: list[Any]) -> None:
+        written.append(fingerprint)
+        put_page(fingerprint, page, summary)
+
+    store.put_page = spy
+    run.visit(URL, [Product("a", 1.0)], downloaded=run.tracker.commit)
+    run.tracker.commit()
+    assert written == [run.tracker.fingerprint(Request(URL))]
+    page = run.page(URL)
+    assert page.full_bytes is not None
+    assert page.full_bytes.count == 1
+    assert run.stats["costsched/unchanged"] == 1
