@@ -65,10 +65,13 @@ class HostBook:
             stored = store.get_meta(row)
             if stored:
                 self._shared_rows.append(row)
-                self._load(kind, stored if isinstance(stored, dict) else {})
+                self._load(kind, stored if isinstance(stored, dict) else self._unreadable(row, stored))
         for key, entries in store.iter_meta(HOST_PREFIX):
             host = key[len(HOST_PREFIX):]
-            for kind, entry in (entries.items() if isinstance(entries, dict) else ()):
+            if not isinstance(entries, dict):
+                self._touched.add(host)  # rewritten at the next save from what this run learns
+                entries = self._unreadable(key, entries)
+            for kind, entry in entries.items():
                 self._load(kind, entry if kind == "bytes" and isinstance(entry, dict) else {host: entry})
         for host, validators in self.validators.items():
             validators.last_modified = self.last_modified.setdefault(host, SignalTrust())  # one object, audited
@@ -76,6 +79,12 @@ class HostBook:
             self._groups.setdefault(group.partition("|")[0], set()).add(group)
         if self._shared_rows:  # moved into rows of their own at the next save
             self._touched.update(self.last_modified, self.validators, self.health, self._groups)
+
+    def _unreadable(self, row: str, stored: Any) -> dict[str, Any]:
+        """A stored row that is not an object: warned about, counted, and read as empty."""
+        logger.warning("costsched: ignoring the stored row %s, not an object: %.60r", row, stored)
+        self.stats.inc_value("costsched/storage/unreadable_trust")
+        return {}
 
     def _load(self, kind: str, stored: dict[str, Any]) -> None:
         """Parse *stored* entries of one *kind* into their book (an unknown kind is skipped)."""

@@ -58,3 +58,25 @@ def test_a_safe_point_rewrites_only_the_hosts_touched_since_the_last(tmp_path: P
     assert again.mean_bytes("shop3.example|product", not_modified=False) == 5000.0
     assert again.of("shop3.example").last_modified is again.last_modified_trust("shop3.example")
     reopened.close()
+
+
+def test_a_host_row_that_is_not_an_object_is_counted_and_restarts_that_host_only(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    book = host_book(store)
+    for host in ("shop1.example", "shop2.example"):
+        book.attempt(host, "ok", 1.0, 5000.0, 0.2)
+    book.save()
+    store.set_meta("host:shop1.example", ["not", "an", "object"])
+    store.close()
+
+    reopened = SqliteDictStorage(tmp_path / "state.sqlite")
+    reopened.open()
+    stats = get_crawler().stats
+    assert stats is not None
+    again = HostBook(reopened, stats)
+    assert stats.get_value("costsched/storage/unreadable_trust") == 1
+    assert set(again.health) == {"shop2.example"}
+    again.save()  # the unreadable row is replaced by what this run knows of the host (nothing yet)
+    assert reopened.get_meta("host:shop1.example") == {}
+    reopened.close()
