@@ -324,10 +324,13 @@ class Tracker:
         spent = self.ledger.spent_this_run
         changed = get("costsched/changed", 0)
         ignored = get("costsched/ignored", 0)  # failed visits too, but never sent: say why
+        cached = get("costsched/cached", 0)  # answers the spider parsed that are not visits: say why
         logger.info(
-            "costsched: run finished (%s): %d visits: %d new pages, %d changed, %d unchanged (%d of them 304s), "
+            "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s), "
             "%d failed%s; spent %g %s%s; %s; next period starts in %.1f h",
-            reason, get("costsched/visits", 0), get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
+            reason, get("costsched/visits", 0),
+            f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
+            get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
             self._not_modified_observed(), get("costsched/failed", 0),
             f" ({ignored} refused before download by robots.txt or offsite rules)" if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",

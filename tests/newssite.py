@@ -396,14 +396,14 @@ def _article_html(aid: int, section: int, title: str, updated: str, body: str) -
 
 def news_command(
     site: NewsSite, workdir: Path, *, budget: float | None = None, settings: dict[str, Any] | None = None,
-    spider_args: dict[str, Any] | None = None, tag: str = "run",
+    spider_args: dict[str, Any] | None = None, tag: str = "run", spider: str = "news",
 ) -> tuple[list[str], dict[str, str], Path, Path]:
-    """The ``scrapy crawl news`` command line, environment, stats file and items file of one run."""
+    """The ``scrapy crawl <spider>`` command line, environment, stats file and items file of one run."""
     workdir.mkdir(parents=True, exist_ok=True)
     stats_file, items_file = workdir / f"{tag}.stats.json", workdir / f"{tag}.items.jsonl"
     for stale in (stats_file, items_file):
         stale.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "scrapy", "crawl", "news", "-a", f"site={site.url}",
+    cmd = [sys.executable, "-m", "scrapy", "crawl", spider, "-a", f"site={site.url}",
            "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", "-s", f"DEMO_STATS_FILE={stats_file}",
            "-O", f"{items_file}:jsonlines", *crawl_options(budget, settings, spider_args)]
     env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
@@ -414,15 +414,17 @@ def news_command(
 
 
 def run_news(site: NewsSite, workdir: Path, *, budget: float | None = None, settings: dict[str, Any] | None = None,
-             spider_args: dict[str, Any] | None = None, tag: str = "run", timeout: float = 180) -> CrawlResult:
-    """One real ``scrapy crawl news`` in ``tests/news_project`` against *site* at its current time.
+             spider_args: dict[str, Any] | None = None, tag: str = "run", timeout: float = 180,
+             spider: str = "news") -> CrawlResult:
+    """One real ``scrapy crawl news`` (or another of the project's spiders) in ``tests/news_project``
+    against *site* at its current time.
 
     The state is ``workdir/state.sqlite`` (shared by every run in *workdir*), items go to
     ``workdir/<tag>.items.jsonl`` and stats to ``workdir/<tag>.stats.json``. Nothing the project
     leaves on is switched off: *settings* only add to it.
     """
     cmd, env, stats_file, items_file = news_command(site, workdir, budget=budget, settings=settings,
-                                                    spider_args=spider_args, tag=tag)
+                                                    spider_args=spider_args, tag=tag, spider=spider)
     proc = subprocess.run(cmd, cwd=NEWS_PROJECT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     items = [json.loads(line) for line in items_file.read_text().splitlines()] if items_file.exists() else []

@@ -114,3 +114,25 @@ def test_a_start_url_left_out_of_a_run_is_logged_and_counted(site: NewsSite, tmp
     assert "INFO" in line
     assert f"{site.url}/ not visited in this run" in line
 
+
+
+def test_a_crawl_spiders_planned_pages_come_back_through_its_rules(site: NewsSite, tmp_path: Path) -> None:
+    """``CrawlSpider`` parses every rule-made request with its own callback, which looks the page's rule up
+    in the request's meta: a planned page must keep it, with the tags the rule's ``process_request`` set."""
+    site.set_day(0)
+    first = run_news(site, tmp_path / "crawl", spider="news_rules", tag="day0")
+    assert first.returncode == 0, first.log[-3000:]
+    known = {item["id"] for item in first.items}
+    assert known == {a.id for s in range(site.sections) for a in site.listing_at(s, site.now())}
+    for day in (1, 2):
+        site.set_day(day)
+        result = run_news(site, tmp_path / "crawl", budget=15, spider="news_rules", tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+        assert "cannot be re-issued" not in result.log
+        assert "spider_exceptions" not in str(result.stats)
+        assert result.stats["downloader/request_count"] <= 15
+        got = {item["id"] for item in result.items}
+        assert got & known, f"day {day}: no planned article came back through its rule's callback"
+        assert got - known, f"day {day}: no new article found through the sections"
+        assert result.stats["costsched/bytes/type/article"] > 0  # the rule's tags came back with the page
+        known |= got

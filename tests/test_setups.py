@@ -96,6 +96,7 @@ def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     assert "costsched/visits" not in second.stats
     assert "costsched/unsent_at_close" not in second.stats
     assert crawls.page("/page/1")["visits"] == 1  # the cached copy says nothing about the page now
+    assert "0 visits (3 more answers came from the HTTP cache: free, and not learned from)" in second.log
     warning = next(line for line in second.log.splitlines() if "HTTP cache" in line)
     assert "keeps pages for ever" in warning
     assert "HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD" in warning
