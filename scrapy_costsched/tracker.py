@@ -61,7 +61,7 @@ from scrapy_costsched.visits import (
     Visit,
     VisitBook,
 )
-from scrapy_costsched.volatility import VolatileFields
+from scrapy_costsched.volatility import MIN_COMPARISONS, VolatileFields
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -1058,11 +1058,14 @@ class Tracker:
             return
         for name in self.volatile.observe(page.page_type, key, previous, current):
             volatile, counted = self.volatile.counts(page.page_type, name)
+            # The field's history cannot tell a timestamp from content that changes at every visit (under a
+            # budget the pages revisited are those that change most): the user can, so both readings are given.
             logger.warning(
-                "costsched: item field %r changes on nearly every visit of %r pages (%d of %d sampled pages), so "
-                "each visit counts as a change and their change rates are overestimated; if it is a timestamp "
-                "or a token, leave it out of the record with COSTSCHED_IGNORE_FIELDS = [%r] (or list the fields "
-                "that matter in COSTSCHED_HASH_FIELDS)", name, page.page_type, volatile, counted, name)
+                "costsched: item field %r changes on nearly every visit of %r pages (%d of %d sampled pages "
+                "compared at least %d times). If it is a timestamp or a token, every visit counts as a change and "
+                "the change rates are overestimated: leave it out of the record with COSTSCHED_IGNORE_FIELDS = "
+                "[%r] (or list the fields that matter in COSTSCHED_HASH_FIELDS). If it is content that really "
+                "changes that often, keep it.", name, page.page_type, volatile, counted, MIN_COMPARISONS, name)
             self.stats.inc_value("costsched/items/volatile_fields")
         page.field_hashes = current if self.volatile.sampled(page.page_type, key) else None
 

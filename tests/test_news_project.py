@@ -79,6 +79,7 @@ def test_a_field_that_changes_on_every_visit_is_named_and_can_be_ignored(site: N
     assert "'scraped_at'" in warnings[2][0]
     assert "'article' pages" in warnings[2][0]
     assert "COSTSCHED_IGNORE_FIELDS = ['scraped_at']" in warnings[2][0]
+    assert "If it is content that really changes that often, keep it." in warnings[2][0]
     assert result.stats["costsched/items/volatile_fields"] == 1
     # As the warning says: ignored, the field re-baselines the pages once and is never reported again.
     ignore = {"ITEM_PIPELINES": STAMPED, "COSTSCHED_IGNORE_FIELDS": '["scraped_at"]'}
