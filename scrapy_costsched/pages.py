@@ -226,9 +226,10 @@ class Summary(NamedTuple):
 
 
 def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
-    """A JSON form of *request* that can be re-issued later, or ``None`` if its callback cannot be named.
+    """A JSON form of *request* that can be re-issued later, or ``None`` if it cannot be stored.
 
-    Callbacks are stored by name (they must be methods of the spider); meta values
+    Callbacks are stored by name (they must be methods of the spider), and cb_kwargs and
+    cookies must be JSON (without them the page would be asked for differently); meta values
     that JSON cannot hold are left out.
     """
     try:
@@ -246,6 +247,7 @@ def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
         meta[key] = value
     try:
         cb_kwargs = json.loads(json.dumps(data.get("cb_kwargs") or {}, allow_nan=False))
+        cookies = json.loads(json.dumps(data.get("cookies") or {}, allow_nan=False))
     except (TypeError, ValueError):
         return None
     template: dict[str, Any] = {
@@ -261,6 +263,8 @@ def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
             for key, values in (data.get("headers") or {}).items()
         },
         "body": (data.get("body") or b"").decode("latin-1"),
+        "cookies": cookies,
+        "encoding": data.get("encoding", "utf-8"),
         "cls": data.get("_class"),
     }
     return template
@@ -278,6 +282,9 @@ def request_from_template(template: dict[str, Any], spider: Spider) -> Request:
         "priority": template["priority"],
         "headers": {k: [v.encode("latin-1") for v in vs] for k, vs in template["headers"].items()},
         "body": template["body"].encode("latin-1"),
+        # Templates stored before these were kept have neither.
+        "cookies": template.get("cookies") or {},
+        "encoding": template.get("encoding", "utf-8"),
     }
     if template.get("cls"):
         data["_class"] = template["cls"]

@@ -496,9 +496,10 @@ class Tracker:
 
     def _warn_unstorable(self, names: list[str]) -> None:
         logger.warning(
-            "costsched: callbacks %s are not methods of the spider, so their pages cannot be re-issued from "
-            "the state: they are visited only when the spider yields them. Make them spider methods to let "
-            "the scheduler revisit those pages on its own.", ", ".join(repr(n) for n in names))
+            "costsched: requests for callbacks %s cannot be stored (a callback or errback that is not a method of "
+            "the spider, or cb_kwargs or cookies that JSON cannot hold), so their pages cannot be re-issued from "
+            "the state: they are visited only when the spider yields them. Make them spider methods with JSON "
+            "arguments to let the scheduler revisit those pages on its own.", ", ".join(repr(n) for n in names))
 
     def prefetch(self, keys: list[str]) -> None:
         """Read the known pages of *keys* in one go: :meth:`request_for` is about to re-issue them."""

@@ -56,7 +56,7 @@ class EdgeSite(_LoopbackServer):
     out with every ``/page`` and ``/flaky`` answer. With *validators* pages carry an ETag and honour
     ``If-None-Match``; *flaky_odd* makes ``/flaky`` answer 503 to every odd hit; *moved* maps paths to
     301 targets; *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
-    conditional headers; *body_bytes* counts the body bytes written."""
+    conditional headers, *cookies* its ``Cookie`` header; *body_bytes* counts the body bytes written."""
 
     def __init__(self) -> None:
         self.version = 0
@@ -68,6 +68,7 @@ class EdgeSite(_LoopbackServer):
         self.moved: dict[str, str] = {}
         self.gzip = False
         self.requests: list[tuple[str, str | None]] = []  # path, If-None-Match
+        self.cookies: list[tuple[str, str | None]] = []  # path, Cookie
         self.body_bytes = 0
         self._lock = threading.Lock()
         site = self
@@ -78,6 +79,7 @@ class EdgeSite(_LoopbackServer):
                     site.hits[self.path] = site.hits.get(self.path, 0) + 1
                     hits = site.hits[self.path]
                     site.requests.append((self.path, self.headers.get("If-None-Match")))
+                    site.cookies.append((self.path, self.headers.get("Cookie")))
                 path = self.path.removeprefix("/api?url=")
                 kind, _, number = path.strip("/").partition("/")
                 if path in site.moved:

@@ -2,7 +2,8 @@
 
 ``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes ``/page/6`` chain a sub-request
 (with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
-``-a callbacks=lambda`` parses with a lambda; ``-a odd=1`` adds a set field (iterated in a different order
+``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on each start request
+(as spiders choose a region or a currency); ``-a odd=1`` adds a set field (iterated in a different order
 in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
@@ -28,7 +29,7 @@ class SetupsSpider(StatsFileSpider):
     }
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
-                 callbacks: str = "methods", odd: str = "", **kwargs: Any) -> None:
+                 callbacks: str = "methods", odd: str = "", cookie: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -37,11 +38,13 @@ class SetupsSpider(StatsFileSpider):
             self.allowed_domains = allowed.split(",")
         self.lambdas = callbacks == "lambda"
         self.odd = bool(odd)
+        name, _, value = cookie.partition("=")
+        self.cookies: dict[str | bytes, str | bytes | bool | float | int] = {name: value} if cookie else {}
 
     async def start(self) -> Any:
         for path in self.paths:
             callback = (lambda response: self.parse_page(response)) if self.lambdas else self.parse_page
-            yield scrapy.Request(path if "://" in path else self.site + path, callback=callback)
+            yield scrapy.Request(path if "://" in path else self.site + path, callback=callback, cookies=self.cookies)
 
     def parse_page(self, response: Any) -> Any:
         title = response.css("h1::text").get()

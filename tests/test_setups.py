@@ -114,6 +114,16 @@ def test_jobdir_disk_queues_keep_every_reservation(crawls: Crawls) -> None:
     assert second.stats["costsched/visits"] == 2
 
 
+def test_reissued_pages_keep_their_cookies(crawls: Crawls) -> None:
+    """A spider that sets a cookie on its requests (a region, a currency) gets the same page when the
+    scheduler re-issues it in a later run, whose cookie jar starts empty."""
+    crawls.run("COSTSCHED_BUDGET=10", paths="/page/1", cookie="region=de")
+    crawls.site.cookies.clear()
+    second = crawls.run("COSTSCHED_BUDGET=10", paths="")  # known pages only, re-issued from their templates
+    assert second.stats["costsched/visits/refresh"] == 1
+    assert [cookie for path, cookie in crawls.site.cookies if path == "/page/1"] == ["region=de"]
+
+
 def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> None:
     pipeline = 'ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}'
     first = crawls.run("COSTSCHED_BUDGET=10", pipeline, paths="/page/1,/page/2")
