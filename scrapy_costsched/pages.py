@@ -228,26 +228,20 @@ class Summary(NamedTuple):
 def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
     """A JSON form of *request* that can be re-issued later, or ``None`` if it cannot be stored.
 
-    Callbacks are stored by name (they must be methods of the spider), and cb_kwargs and
-    cookies must be JSON (without them the page would be asked for differently); meta values
-    that JSON cannot hold are left out.
+    Callbacks are stored by name (they must be methods of the spider), and the meta (but
+    what one download leaves in it), cb_kwargs and cookies must be JSON: a request re-issued
+    without one of them would not be the spider's (its callback may need an item passed in
+    the meta, the site a cookie that picks a currency).
     """
     try:
         data = request.to_dict(spider=spider)
     except ValueError:
         return None
-    meta = {}
-    for key, value in (data.get("meta") or {}).items():
-        if key in _TRANSIENT_META or key.startswith("_"):
-            continue
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            continue
-        meta[key] = value
+    meta = {key: value for key, value in (data.get("meta") or {}).items()
+            if key not in _TRANSIENT_META and not key.startswith("_")}
     try:
-        cb_kwargs = json.loads(json.dumps(data.get("cb_kwargs") or {}, allow_nan=False))
-        cookies = json.loads(json.dumps(data.get("cookies") or {}, allow_nan=False))
+        meta, cb_kwargs, cookies = json.loads(
+            json.dumps([meta, data.get("cb_kwargs") or {}, data.get("cookies") or {}], allow_nan=False))
     except (TypeError, ValueError):
         return None
     template: dict[str, Any] = {

@@ -497,7 +497,7 @@ class Tracker:
     def _warn_unstorable(self, names: list[str]) -> None:
         logger.warning(
             "costsched: requests for callbacks %s cannot be stored (a callback or errback that is not a method of "
-            "the spider, or cb_kwargs or cookies that JSON cannot hold), so their pages cannot be re-issued from "
+            "the spider, or meta, cb_kwargs or cookies that JSON cannot hold), so their pages cannot be re-issued from "
             "the state: they are visited only when the spider yields them. Make them spider methods with JSON "
             "arguments to let the scheduler revisit those pages on its own.", ", ".join(repr(n) for n in names))
 

@@ -3,7 +3,8 @@
 ``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes ``/page/6`` chain a sub-request
 (with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
 ``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on each start request
-(as spiders choose a region or a currency); ``-a odd=1`` adds a set field (iterated in a different order
+(as spiders choose a region or a currency); ``-a carry=1`` passes an item to the callback in each start
+request's meta (as older spiders build an item across pages); ``-a odd=1`` adds a set field (iterated in a different order
 in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
@@ -15,6 +16,10 @@ from typing import Any
 import scrapy
 
 from tests.stats_spider import StatsFileSpider
+
+
+class CarriedItem(scrapy.Item):
+    source = scrapy.Field()
 
 
 class SetupsSpider(StatsFileSpider):
@@ -29,7 +34,7 @@ class SetupsSpider(StatsFileSpider):
     }
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
-                 callbacks: str = "methods", odd: str = "", cookie: str = "", **kwargs: Any) -> None:
+                 callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -40,11 +45,16 @@ class SetupsSpider(StatsFileSpider):
         self.odd = bool(odd)
         name, _, value = cookie.partition("=")
         self.cookies: dict[str | bytes, str | bytes | bool | float | int] = {name: value} if cookie else {}
+        self.carry = bool(carry)
 
     async def start(self) -> Any:
         for path in self.paths:
+            url = path if "://" in path else self.site + path
+            if self.carry:
+                yield scrapy.Request(url, callback=self.parse_carried, meta={"carried": CarriedItem(source=path)})
+                continue
             callback = (lambda response: self.parse_page(response)) if self.lambdas else self.parse_page
-            yield scrapy.Request(path if "://" in path else self.site + path, callback=callback, cookies=self.cookies)
+            yield scrapy.Request(url, callback=callback, cookies=self.cookies)
 
     def parse_page(self, response: Any) -> Any:
         title = response.css("h1::text").get()
@@ -57,6 +67,10 @@ class SetupsSpider(StatsFileSpider):
             item["tags"] = {f"tag-{n}" for n in range(20)}
             item["specs"] = {1: "one", "b": 2}
         yield item
+
+    def parse_carried(self, response: Any) -> Any:
+        carried = response.meta["carried"]
+        yield {"url": response.url, "title": response.css("h1::text").get(), "source": carried["source"]}
 
     def parse_second_half(self, response: Any, first: str) -> Any:
         yield {"url": response.url, "title": f"{first} + {response.css('h1::text').get()}"}

@@ -124,6 +124,20 @@ def test_reissued_pages_keep_their_cookies(crawls: Crawls) -> None:
     assert [cookie for path, cookie in crawls.site.cookies if path == "/page/1"] == ["region=de"]
 
 
+def test_a_request_is_not_reissued_without_what_its_meta_carried(crawls: Crawls) -> None:
+    """An item passed to the callback in the meta cannot be stored: the page is visited only when the
+    spider yields it, rather than re-issued without it (where its callback fails)."""
+    first = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1", carry="1")
+    assert first.stats["costsched/template/unstorable"] == 1
+    warning = next(line for line in first.log.splitlines() if "cannot be re-issued" in line)
+    assert "'SetupsSpider.parse_carried'" in warning
+    assert "meta, cb_kwargs or cookies that JSON cannot hold" in warning
+    second = crawls.run("COSTSCHED_BUDGET=10", paths="")
+    assert "/page/1" not in second.hits
+    assert "spider_exceptions/KeyError" not in second.stats
+    assert "'SetupsSpider.parse_carried'" in second.log  # named again at start
+
+
 def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> None:
     pipeline = 'ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}'
     first = crawls.run("COSTSCHED_BUDGET=10", pipeline, paths="/page/1,/page/2")
