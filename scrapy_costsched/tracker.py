@@ -130,6 +130,7 @@ class Tracker:
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
+        self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self.yield_only: set[str] = set()
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
@@ -513,7 +514,12 @@ class Tracker:
         try:
             request = request_from_template(page.template, self.spider)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            logger.warning("costsched: cannot re-issue %s from its template: %s", page.url, exc)
+            # Once per cause: a renamed callback breaks the template of every page it parsed.
+            reason = str(exc)
+            log = logger.debug if reason in self._broken_templates else logger.warning
+            self._broken_templates.add(reason)
+            log("costsched: cannot re-issue %s from its template: %s; it is visited when the spider yields it again "
+                "(pages skipped for this reason or another are counted in costsched/template/broken)", page.url, exc)
             self.stats.inc_value("costsched/template/broken")
             return None
         depth_limit = self.crawler.settings.getint("DEPTH_LIMIT")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
@@ -208,6 +209,28 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     assert scheduler._ranking.keys == full
     assert scheduler._plan_end == head + 20
     assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
+    scheduler.close("finished")
+
+
+def test_templates_a_renamed_callback_broke_are_counted_and_warned_about_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A deploy that renames a callback breaks the stored template of every page it parsed: each planned
+    one is skipped and counted, and one warning says why rather than one per page."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, (
+        (f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 3) for i in range(10)))
+    for key in scheduler._ranking.keys:
+        page = scheduler.tracker.page(key)
+        assert page is not None
+        assert page.template is not None
+        page.template["callback"] = "parse_before_the_rename"
+    with caplog.at_level(logging.DEBUG, logger="scrapy_costsched"):
+        assert scheduler.next_request() is None
+    assert scheduler._plan_end > 1
+    assert crawler.stats.get_value("costsched/template/broken") == scheduler._plan_end
+    broken = [record for record in caplog.records if "cannot re-issue" in record.getMessage()]
+    assert len(broken) == scheduler._plan_end
+    assert [record.levelno for record in broken].count(logging.WARNING) == 1
+    assert "parse_before_the_rename" in broken[0].getMessage()
     scheduler.close("finished")
 
 
