@@ -228,7 +228,7 @@ class Summary(NamedTuple):
 def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
     """A JSON form of *request* that can be re-issued later, or ``None`` if it cannot be stored.
 
-    Callbacks are stored by name (they must be methods of the spider), and the meta (but
+    Callbacks are stored by name (they must be methods of the spider), and the meta (all but
     what one download leaves in it), cb_kwargs and cookies must be JSON: a request re-issued
     without one of them would not be the spider's (its callback may need an item passed in
     the meta, the site a cookie that picks a currency).
