@@ -222,11 +222,13 @@ def test_bandwidth_billing_is_within_two_percent_of_the_servers_bytes(shop_runs:
     for name in ("on", "off"):
         for day in shop_runs[name]:
             server_bytes = sum(e["sent"] + e["received"] for e in day["log"])  # 429s and robots.txt included
-            assert sum(e["status"] == 429 for e in day["log"]) or name == "on"
             billed = day["stats"]["costsched/spent"]
             assert abs(billed - server_bytes) <= 0.02 * server_bytes, (name, billed, server_bytes)
             print(f"\nhealth {name}: billed {billed:.0f} B, server {server_bytes} B "
                   f"({(billed - server_bytes) / server_bytes:+.3%})", end="")
+    # Without health the throttled host answers 429s, whose bytes are billed too. Not necessarily on
+    # every day: one whose plan sends it no more than its quota gets none (seen once under Scrapy 2.13).
+    assert any(entry["status"] == 429 for day in shop_runs["off"] for entry in day["log"])
 
 
 def test_health_feedback_obeys_retry_after_and_buys_freshness_elsewhere(shop_runs: dict[str, Any]) -> None:
