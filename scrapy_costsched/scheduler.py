@@ -200,6 +200,8 @@ class CostAwareScheduler(BaseScheduler):
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
         self._deferred: list[str] = []
+        # Start URLs left out of the plan, by page: reported at the close unless a leftover round visited them.
+        self._left_out_starts: dict[str, str] = {}
         # Requests taken from the wrapped scheduler for a host under a Retry-After block, by host.
         self._waiting: dict[str, deque[Request]] = {}
         self._frozen = False
@@ -334,6 +336,7 @@ class CostAwareScheduler(BaseScheduler):
             self._frozen = False
         if not self.config.enabled:
             return closed
+        self._report_left_out_starts()
         finished = self.tracker.close(reason)
         if finished is None:
             return closed
@@ -381,7 +384,7 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.inc_value("costsched/skipped/duplicate")
             return False
         if self.budgeted and key not in self._planned and self.tracker.sighting_changes_nothing(request, key):
-            return self._not_planned(request)
+            return self._not_planned(request, key)
         page, new = self.tracker.sighting(request, key)
         reason = "discovery" if page.last_visit is None else "refresh"
         if not self.budgeted:
@@ -390,7 +393,7 @@ class CostAwareScheduler(BaseScheduler):
         cost = self.tracker.planned_cost(request.meta, key)
         if not new:
             if key not in self._planned:
-                return self._not_planned(request)
+                return self._not_planned(request, key)
             return self._admit(request, key, cost, reason)
         if self._discovery_spent + cost > self._discovery_allowance:
             self._defer(key)
@@ -400,14 +403,22 @@ class CostAwareScheduler(BaseScheduler):
         heapq.heappush(self._discovery, (-index, next(self._arrivals), key, request))
         return True
 
-    def _not_planned(self, request: Request) -> bool:
-        """A known page outside the plan: skipped."""
+    def _not_planned(self, request: Request, key: str) -> bool:
+        """A known page outside the plan: skipped (a start URL is reported at the close, see :meth:`close`)."""
         self.stats.inc_value("costsched/skipped/not_planned")
         if request.meta.get("is_start_request"):
-            self.stats.inc_value("costsched/skipped/start_url")
-            logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
-                        "pays for (nothing new expected from it yet)", request.url)
+            self._left_out_starts[key] = request.url
+            logger.debug("costsched: start URL %s is not in the plan (a leftover round may still visit it)",
+                         request.url)
         return False
+
+    def _report_left_out_starts(self) -> None:
+        """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
+        for key, url in self._left_out_starts.items():
+            if key not in self._dispatched:
+                self.stats.inc_value("costsched/skipped/start_url")
+                logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
+                            "pays for (nothing new expected from it yet)", url)
 
     def _defer(self, key: str) -> None:
         """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""

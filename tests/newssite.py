@@ -115,6 +115,8 @@ class NewsSite:
     * ``/article/<id>``: title, ``updated`` time and body; updates follow a Poisson process at the
       article's own rate (:data:`UPDATE_RATES`). 404 before it appears; ids in *flaky_gone* answer 404
       on some days (:meth:`gone_at`) and 200 on others; *broken* answers 500 always.
+    * ``/sitemap.xml`` (with *sitemap*, which also names it in ``/robots.txt``): every article that
+      answers 200, with its ``lastmod``.
     * ``/moved/<id>``: 301 to ``/article/<id>``. ``/private/<n>``: disallowed by ``/robots.txt``.
     * ``/offsite``: a page, linked from the front page on the other host name.
 
@@ -140,6 +142,7 @@ class NewsSite:
         private_sections: Collection[int] = (0,),
         flaky_gone: Collection[int] = (),
         broken: int | None = None,
+        sitemap: bool = False,
         start: float = EPOCH0,
     ) -> None:
         rates = list(section_rates) if section_rates is not None else [
@@ -156,6 +159,7 @@ class NewsSite:
         self.private_sections = frozenset(private_sections)
         self.flaky_gone = frozenset(flaky_gone)
         self.broken = broken
+        self.sitemap = sitemap
         self.articles = self._generate(start - backlog_days * DAY)
         self._by_section = [[a for a in self.articles if a.section == s] for s in range(sections)]
         self._published = [[a.published for a in listing] for listing in self._by_section]
@@ -250,7 +254,13 @@ class NewsSite:
         """The answer to a GET of *path* at *t* (pure; the handler adds HTTP plumbing)."""
         path = path.split("?", 1)[0]
         if path == "/robots.txt":
-            return _Page(200, ROBOTS_TXT, "text/plain; charset=utf-8")
+            sitemap = f"Sitemap: {self.url}/sitemap.xml\n" if self.sitemap else ""
+            return _Page(200, ROBOTS_TXT + sitemap, "text/plain; charset=utf-8")
+        if path == "/sitemap.xml" and self.sitemap:
+            rows = "".join(f"<url><loc>{self.url}{a.path}</loc><lastmod>{_iso(a.updated_at(t))}</lastmod></url>"
+                           for a in self.articles_at(t) if a.id != self.broken and not self.gone_at(a.id, t))
+            return _Page(200, '<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns='
+                         f'"http://www.sitemaps.org/schemas/sitemap/0.9">{rows}</urlset>', "application/xml")
         if path in ("/", "/index.html"):
             links = "\n".join(f'<li><a class="section" href="/section/{s}">{_section_name(s)}</a></li>'
                               for s in range(self.sections))
