@@ -231,6 +231,7 @@ class CostAwareScheduler(BaseScheduler):
         """Open the state and plan the run; planning reads every known page, so it runs in a thread."""
         if self.config.enabled:
             self.tracker.open()
+            self.tracker.scheduled = True
         if not self.budgeted:
             return self.fallback.open(spider)
         planned: Deferred[None] = deferToThread(self._plan)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from scrapy import signals
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
@@ -64,7 +65,7 @@ from scrapy_costsched.visits import (
 from scrapy_costsched.volatility import MIN_COMPARISONS, VolatileFields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Coroutine, Iterable
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -92,6 +93,10 @@ def _reactor_running() -> bool:
     except ImportError:  # TWISTED_REACTOR_ENABLED = False: Scrapy forbids installing one
         return False
     return bool(reactor.running)
+
+
+async def _finished(closed: Deferred[None]) -> None:
+    await maybe_deferred_to_future(closed)
 
 
 def _robots_holder(netloc: str) -> str:
@@ -132,6 +137,7 @@ class Tracker:
         self._unstorable: set[str] = set()
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self.yield_only: set[str] = set()
+        self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
@@ -197,6 +203,7 @@ class Tracker:
         store.open()
         try:
             self._check_fingerprinter(store, state)
+            self._check_owner(store, state)
         except StateError:
             store.close()
             raise
@@ -232,6 +239,20 @@ class Tracker:
         budget = self.config.budget.amount if self.config.budget is not None else None
         self._ledger = Ledger(store, period, budget, self._commit_grant)
 
+    def _check_owner(self, store: StateStorage, state: str) -> None:
+        """A state holds one spider's pages: another spider would re-issue them with callbacks it lacks and spend
+        the same budget. A state of no spider yet (new, or from before states had owners) becomes this one's."""
+        owner = store.get_meta("spider")
+        if owner is None:
+            store.set_meta("spider", self.spider.name)
+        elif owner != self.spider.name:
+            raise StateError(
+                f"The costsched state {state!r} holds the pages of the spider {owner!r}, not of {self.spider.name!r}: "
+                "give each spider its own state (leave COSTSCHED_STATE unset for .scrapy/costsched/<spider>.sqlite, "
+                "or set it in each spider's custom_settings); for a renamed spider, export the state with "
+                "`scrapy costsched-state export`, change its \"spider\" row to the new name and import it."
+            )
+
     def _check_fingerprinter(self, store: StateStorage, state: str) -> None:
         fingerprinter = type(self.crawler.request_fingerprinter)
         fingerprinter_name = f"{fingerprinter.__module__}.{fingerprinter.__qualname__}"
@@ -247,6 +268,10 @@ class Tracker:
 
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
+        if self.store is not None and not self.scheduled:  # the engine opens its scheduler first
+            logger.warning("costsched: SCHEDULER is %s, not scrapy_costsched.CostAwareScheduler: no visit is recorded "
+                           "and no budget applies; enable the add-on (ADDONS) or set SCHEDULER as docs/usage.md shows",
+                           self.crawler.settings.get("SCHEDULER"))
         if self.store is not None and self.config.log_interval and _reactor_running():
             self._progress = LoopingCall(self._log_progress)
             self._progress.start(self.config.log_interval, now=False)
@@ -265,8 +290,11 @@ class Tracker:
             get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
             spent, unit, f" ({spent / changed:.2f} per change)" if changed else "")
 
-    def _spider_closed(self, spider: Spider, reason: str) -> Deferred[None] | None:
-        return self.close(reason)
+    def _spider_closed(self, spider: Spider, reason: str) -> Coroutine[Any, Any, None] | None:
+        closed = self.close(reason)
+        # What is left to wait for as a coroutine, not a Deferred: Scrapy 2.14 deprecates signal handlers that
+        # return one. Nothing when nothing is left (components driven by hand send the signal synchronously).
+        return None if closed is None else _finished(closed)
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Record what the run left open, store the ledger and summary, refit priors, close the store.

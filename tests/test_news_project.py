@@ -3,6 +3,9 @@ methods, ``DEPTH_LIMIT`` and ``allowed_domains`` on planned pages (issue 8, fail
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -175,3 +178,53 @@ def test_a_sitemap_spider_finds_new_articles_and_reports_only_the_start_urls_it_
             assert len(reported) == run.stats.get("costsched/skipped/start_url", 0) == int(left_out and not start_visited)
             left_out_then_visited += left_out and start_visited
         assert left_out_then_visited, "no day's leftovers visited the start URL the plan left out"
+
+
+def test_a_state_belongs_to_one_spider(site: NewsSite, tmp_path: Path) -> None:
+    """``COSTSCHED_STATE`` set in a project's settings.py names one file for all its spiders: a second spider
+    would re-issue the first one's pages with callbacks of its own and spend the same budget. It is refused
+    with one line, before any request, and the state stays as the first spider left it."""
+    site.set_day(0)
+    first = run_news(site, tmp_path / "crawl", tag="news")
+    assert first.returncode == 0, first.log[-3000:]
+    state = tmp_path / "crawl" / "state.sqlite"
+    before = hashlib.sha256(state.read_bytes()).hexdigest()
+    site.reset_counts()
+    other = run_news(site, tmp_path / "crawl", budget=20, spider="news_rules", tag="rules")
+    assert other.returncode != 0
+    mentions = [line for line in other.log.splitlines() if f"state {str(state)!r}" in line]
+    assert len(mentions) == 1, other.log[-5000:]
+    assert re.search(r"(CRITICAL|ERROR): The costsched state .* holds the pages of the spider 'news', not of "
+                     r"'news_rules': give each spider its own state", mentions[0])
+    assert "Traceback" not in other.log, other.log[-5000:]
+    assert site.total == 0
+    assert hashlib.sha256(state.read_bytes()).hexdigest() == before
+    site.set_day(1)
+    again = run_news(site, tmp_path / "crawl", budget=20, tag="news-day1")
+    assert again.returncode == 0, again.log[-3000:]
+    assert "costsched: continuing state" in again.log
+
+
+def test_components_without_the_scheduler_say_that_nothing_is_recorded(site: NewsSite, tmp_path: Path) -> None:
+    """The middlewares and the pipeline set by hand without ``CostAwareScheduler`` record no visit: the run
+    says so once, at start, and closes without Scrapy's deprecation of signal handlers returning Deferreds."""
+    site.set_day(0)
+    components = {
+        "ADDONS": "{}",
+        "SPIDER_MIDDLEWARES": json.dumps({"scrapy_costsched.CostSchedSpiderMiddleware": 45}),
+        "DOWNLOADER_MIDDLEWARES": json.dumps({"scrapy_costsched.ConditionalRequestMiddleware": 800}),
+        "ITEM_PIPELINES": json.dumps({"news.pipelines.CleanArticlePipeline": 300,
+                                      "scrapy_costsched.ChangeDetectionPipeline": 800}),
+    }
+    result = run_news(site, tmp_path / "crawl", settings=components)
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.items
+    warnings = [line for line in result.log.splitlines() if "not scrapy_costsched.CostAwareScheduler" in line]
+    assert len(warnings) == 1, result.log[-3000:]
+    assert "WARNING: costsched: SCHEDULER is scrapy.core.scheduler.Scheduler" in warnings[0]
+    assert "costsched: run finished" in result.log
+    assert "returned a Deferred" not in result.log
+    with_scheduler = run_news(site, tmp_path / "addon", tag="addon")
+    assert with_scheduler.returncode == 0, with_scheduler.log[-3000:]
+    assert "not scrapy_costsched.CostAwareScheduler" not in with_scheduler.log
+    assert "returned a Deferred" not in with_scheduler.log
