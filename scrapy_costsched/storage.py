@@ -161,6 +161,9 @@ class SqliteDictStorage:
         return cls(uri.removeprefix("sqlite:///"), read_only)
 
     def open(self) -> None:
+        if self.path.is_dir():
+            raise StateError(f"The costsched state {str(self.path)!r} is a directory; COSTSCHED_STATE names a file, "
+                             f"such as {str(self.path / 'state.sqlite')!r}.")
         if self.read_only:
             if not self.path.exists() or self.path.stat().st_size == 0:
                 raise StateError(f"There is no costsched state at {str(self.path)!r}: run a crawl first, "

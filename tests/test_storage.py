@@ -125,6 +125,18 @@ def test_corrupt_file_is_refused_and_left_untouched(tmp_path: Path) -> None:
     assert digest(path) == before
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_directory_is_refused_and_nothing_is_written_beside_it(tmp_path: Path, read_only: bool) -> None:
+    path = tmp_path / "states"
+    path.mkdir()
+    with pytest.raises(StateError) as refused:
+        SqliteDictStorage(path, read_only=read_only).open()
+    assert str(refused.value) == (f"The costsched state {str(path)!r} is a directory; COSTSCHED_STATE names a "
+                                  f"file, such as {str(path / 'state.sqlite')!r}.")
+    assert sorted(tmp_path.iterdir()) == [path]
+    assert list(path.iterdir()) == []
+
+
 def test_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     conn = sqlite3.connect(path)
