@@ -38,6 +38,9 @@ class PeriodAccounts:
     comparable with the last: the hash configuration changed), ``changed``, ``unchanged`` (in full),
     ``not_modified`` (a 304), ``empty`` (no items where there used to be some), ``failed``,
     ``not_found`` (a 404 or 410 not yet believed) and ``gone``.
+
+    *superseded* books are those of terms a later run changed mid-period (``COSTSCHED_BILLING``, the
+    period's length): their spend is their own counters', the ledger's row having moved to the new terms.
     """
 
     period: int
@@ -47,6 +50,15 @@ class PeriodAccounts:
     shadow: bool
     runs: int = 0
     counters: dict[str, dict[str, defaultdict[str, float]]] = field(default_factory=dict)
+    superseded: bool = False
+
+    def absorb(self, other: PeriodAccounts) -> None:
+        """Add *other*'s runs and counters (books of the same period and terms) to these."""
+        self.runs += other.runs
+        for host, page_type, counters in other.rows():
+            group = self.group(host, page_type)
+            for name, value in counters.items():
+                group[name] += value
 
     def group(self, host: str, page_type: str) -> defaultdict[str, float]:
         return self.counters.setdefault(host, {}).setdefault(page_type, defaultdict(float))
@@ -62,7 +74,7 @@ class PeriodAccounts:
 
     def to_json(self) -> dict[str, Any]:
         return {"period": self.period, "period_seconds": self.period_seconds, "budget": self.budget,
-                "unit": self.unit, "shadow": self.shadow, "runs": self.runs,
+                "unit": self.unit, "shadow": self.shadow, "runs": self.runs, "superseded": self.superseded,
                 "counters": {host: {page_type: dict(sorted(counters.items()))
                                     for page_type, counters in types.items()}
                              for host, types in self.counters.items()}}
@@ -79,7 +91,7 @@ class PeriodAccounts:
             budget = data["budget"]
             return cls(int(data["period"]), float(data["period_seconds"]),
                        None if budget is None else float(budget), str(data["unit"]), bool(data["shadow"]),
-                       int(data["runs"]), counters)
+                       int(data["runs"]), counters, bool(data.get("superseded", False)))
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed period accounts: {exc!r}") from None
 
@@ -104,6 +116,9 @@ class Accounts:
             current = PeriodAccounts.from_json(stored) if stored is not None else None
         except ValueError:
             current = None  # the report loses this period's breakdown; the ledger keeps its spend
+        if current is not None and (current.unit, current.period_seconds) != (unit, period_seconds):
+            self._set_aside(store, current)
+            current = None
         if current is None:
             current = PeriodAccounts(period, period_seconds, budget, unit, shadow=budget is None)
         # The latest run's budget and mode stand for the period (a user may change them mid-period).
@@ -111,6 +126,21 @@ class Accounts:
         current.runs += 1
         self.current = current
         self._pending: dict[str, _VisitCharges] = {}
+
+    @staticmethod
+    def _set_aside(store: StateStorage, books: PeriodAccounts) -> None:
+        """Keep the books of terms changed mid-period apart (a unit's amounts never add to another's)."""
+        key = f"{KEY_PREFIX}{books.period}:{books.unit}:{books.period_seconds:g}"
+        stored = store.get_meta(key)
+        if stored is not None:
+            try:
+                earlier = PeriodAccounts.from_json(stored)
+            except ValueError:
+                pass
+            else:
+                books.absorb(earlier)
+        books.superseded = True
+        store.set_meta(key, books.to_json())
 
     def reached(self, key: str, reason: str) -> None:
         """A visit of page *key* made its first attempt, for *reason* (``refresh``, ``discovery``)."""

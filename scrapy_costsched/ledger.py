@@ -15,7 +15,9 @@ exact spend.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,8 +35,55 @@ GRANT_CHUNK_VISITS = 64
 GRANT_CHUNK_SHARE = 0.05
 
 
+#: Meta key of the basis the latest run counted its period's spend on (``ledger_basis:<period>``: a period's).
+BASIS_KEY = "ledger_basis"
+
+
 def _key(period: int) -> str:
     return f"ledger:{period}"
+
+
+def _basis_key(period: int) -> str:
+    return f"ledger_basis:{period}"
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a run counted its period's spend in: the period (its number and length), the unit and the budget."""
+
+    period: int
+    period_seconds: float
+    unit: str
+    budget: float | None
+
+    @property
+    def end(self) -> float:
+        return (self.period + 1) * self.period_seconds
+
+    def same_terms(self, other: Basis) -> bool:
+        """Whether spend on *other* counts on this one: the same period length and unit."""
+        return (self.period_seconds, self.unit) == (other.period_seconds, other.unit)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Basis | None:
+        """The stored basis, or ``None`` for none (a state from before bases were stored) or a malformed one."""
+        try:
+            budget = data["budget"]
+            return cls(int(data["period"]), float(data["period_seconds"]), str(data["unit"]),
+                       None if budget is None else float(budget))
+        except (TypeError, KeyError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a change of ``COSTSCHED_BUDGET_PERIOD`` or ``COSTSCHED_BILLING`` carried into this period."""
+
+    previous: Basis
+    previous_spent: float
+    share: float | None
+    """The share of its budget the previous period had spent (``None``: it had no budget)."""
+    spent: float
 
 
 class Ledger:
@@ -54,13 +103,13 @@ class Ledger:
     charged, and is given a number of its own when it is reserved.
     """
 
-    def __init__(self, store: StateStorage, period: int, budget: float | None,
-                 commit: Callable[[], None]) -> None:
+    def __init__(self, store: StateStorage, basis: Basis, commit: Callable[[], None]) -> None:
         self.store = store
-        self.period = period
-        self.budget = budget
+        self.basis = basis
+        self.period = basis.period
+        self.budget = basis.budget
         self._commit = commit
-        self.spent_at_start = self.stored_spend(store, period)
+        self.spent_at_start = self.stored_spend(store, basis.period)
         self.spent = self.spent_at_start
         self.reserved = 0.0
         self.dispatched = 0.0
@@ -79,6 +128,42 @@ class Ledger:
         """What the state says *period* spent (a crashed run's grant included): what a run starts from, and
         what the report shows."""
         return float(store.get_meta(_key(period)) or 0.0)
+
+    def rebase(self, now: float) -> Carried | None:
+        """Count this period on the settings' terms when earlier runs counted on others, and store them.
+
+        A period's spend is in one unit over one length. When a run finds the billing unit or
+        the period length changed while a period counted on the old terms is still running,
+        the share of its budget that period had spent carries over as the same share of this
+        budget, rounded up (all of it spent stays all spent), so a change of terms takes effect
+        at once and neither spends the period twice nor reads requests as bytes. A period that
+        had no budget carries nothing. A row of another length keeps its own number and spend.
+        """
+        last = Basis.from_json(self.store.get_meta(BASIS_KEY))
+        own = Basis.from_json(self.store.get_meta(_basis_key(self.period)))
+        for key in (BASIS_KEY, _basis_key(self.period)):
+            self.store.set_meta(key, asdict(self.basis))
+        previous = last if last is not None and not last.same_terms(self.basis) and now < last.end else None
+        spent = self.spent
+        if own is not None and not own.same_terms(self.basis):
+            # This number's row counted another unit (or, by chance, another length's period): its amount
+            # means nothing here, only its share of its budget does, while it is this period.
+            spent = 0.0
+            if own.period_seconds == self.basis.period_seconds:
+                previous = previous or own
+        if previous is None:
+            if spent != self.spent:
+                self._restart(spent)
+            return None
+        previous_spent = self.stored_spend(self.store, previous.period)
+        share = min(previous_spent / previous.budget, 1.0) if previous.budget else None
+        carried = math.ceil(share * self.budget - 1e-9) if share is not None and self.budget is not None else 0.0
+        self._restart(max(spent, carried))
+        return Carried(previous, previous_spent, share, self.spent)
+
+    def _restart(self, spent: float) -> None:
+        self.spent_at_start = self.spent = self._granted = spent
+        self.store.set_meta(self._key, spent)
 
     @property
     def spent_this_run(self) -> float:

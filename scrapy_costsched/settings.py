@@ -112,6 +112,18 @@ def parse_duration(name: str, value: Any) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    """*seconds* as :func:`parse_duration` reads it back, in the largest unit that divides it.
+
+    >>> format_duration(43200.0), format_duration(86400.0), format_duration(90.0), format_duration(0.5)
+    ('12h', '1d', '90s', '0.5s')
+    """
+    for unit, size in sorted(_DURATION_UNITS.items(), key=lambda pair: -pair[1]):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 @dataclass(frozen=True)
 class Budget:
     """An amount per budget period, in the billing model's unit (``bytes`` or ``count``)."""

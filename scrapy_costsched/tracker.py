@@ -33,7 +33,7 @@ from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
-from scrapy_costsched.ledger import Ledger
+from scrapy_costsched.ledger import Basis, Carried, Ledger
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
@@ -49,7 +49,7 @@ from scrapy_costsched.pages import (
     stored_item,
 )
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
-from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, resolve_value
+from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
 from scrapy_costsched.slots import HostPaused
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
 from scrapy_costsched.visits import (
@@ -208,6 +208,7 @@ class Tracker:
             store.close()
             raise
         self.attach(store)
+        carried = self.ledger.rebase(self.now())
         budget = self.ledger.budget
         self.accounts = Accounts(store, self.ledger.period, self.config.budget_period, budget, self.billing.unit)
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
@@ -221,11 +222,27 @@ class Tracker:
         else:
             mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.remaining():g} left"
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
+        if carried is not None:
+            self._log_carried(carried)
         if self.billing.unit == "bytes":
             for gap in compression_gaps(self.crawler.settings):
                 logger.warning("costsched: billing by the byte, but %s", gap)
         if self._unstorable:
             self._warn_unstorable(sorted(self._unstorable))
+
+    def _log_carried(self, carried: Carried) -> None:
+        previous, unit = carried.previous, self.billing.unit
+        changes = [f"{name} changed from {was} to {now}" for name, was, now in (
+            ("COSTSCHED_BUDGET_PERIOD", format_duration(previous.period_seconds),
+             format_duration(self.config.budget_period)),
+            ("the billing unit (COSTSCHED_BILLING)", previous.unit, unit)) if was != now]
+        if carried.share is None or self.ledger.budget is None:
+            counted = "nothing of it counts against this run's budget, as one of them had none"
+        else:
+            counted = (f"it had spent {carried.previous_spent:g} of {previous.budget:g} {previous.unit}, so "
+                       f"{carried.share:.0%} of this budget counts as spent ({self.ledger.remaining():g} {unit} left)")
+        logger.info("costsched: %s while the period it was counting was still running: %s", " and ".join(changes),
+                    counted)
 
     def attach(self, store: StateStorage) -> None:
         """The rooms planning reads, over an open *store*: what :meth:`open` sets up for a crawl, and what the
@@ -237,7 +254,8 @@ class Tracker:
         self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
         period = int(self.now() // self.config.budget_period)
         budget = self.config.budget.amount if self.config.budget is not None else None
-        self._ledger = Ledger(store, period, budget, self._commit_grant)
+        self._ledger = Ledger(store, Basis(period, self.config.budget_period, self.billing.unit, budget),
+                              self._commit_grant)
 
     def _check_owner(self, store: StateStorage, state: str) -> None:
         """A state holds one spider's pages: another spider would re-issue them with callbacks it lacks and spend

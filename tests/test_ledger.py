@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from scrapy import Request
 
-from scrapy_costsched.ledger import GRANT_CHUNK_VISITS, Ledger
+from scrapy_costsched.accounts import Accounts, stored_periods
+from scrapy_costsched.learner import DAY
+from scrapy_costsched.ledger import GRANT_CHUNK_VISITS, Basis, Carried, Ledger
 from scrapy_costsched.storage import TABLE, SqliteDictStorage
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ def stored_spend(path: Path, period: int) -> float:
 def test_queued_requests_are_not_granted_on_disk_but_sent_ones_are(tmp_path: Path) -> None:
     store = SqliteDictStorage(tmp_path / "state.sqlite")
     store.open()
-    ledger = Ledger(store, period=7, budget=10_000.0, commit=store.commit)
+    ledger = Ledger(store, Basis(7, DAY, "requests", 10_000.0), commit=store.commit)
     queued = [Request(f"http://a.example/{n}") for n in range(2 * GRANT_CHUNK_VISITS)]
     for request in queued:
         ledger.reserve(request, 1.0)
@@ -52,11 +54,66 @@ def test_queued_requests_are_not_granted_on_disk_but_sent_ones_are(tmp_path: Pat
 def test_the_chunk_is_capped_by_a_share_of_the_budget(tmp_path: Path) -> None:
     store = SqliteDictStorage(tmp_path / "state.sqlite")
     store.open()
-    ledger = Ledger(store, period=0, budget=60.0, commit=store.commit)
+    ledger = Ledger(store, Basis(0, DAY, "requests", 60.0), commit=store.commit)
     request = Request("http://a.example/")
     ledger.reserve(request, 1.0)
     ledger.dispatch(request)
     assert stored_spend(tmp_path / "state.sqlite", 0) == 1.0 + 0.05 * 60
     ledger.reserve("robots.txt:a.example", 1.0)  # a named holder may leave at any time: covered at once
     assert ledger.dispatched == 2.0
+    store.close()
+
+
+def test_a_change_of_terms_carries_the_share_of_the_budget_the_running_period_spent(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+
+    def run(basis: Basis, now_days: float, spend: int = 0) -> tuple[Ledger, Carried | None]:
+        ledger = Ledger(store, basis, commit=store.commit)
+        carried = ledger.rebase(now_days * DAY)
+        for n in range(spend):
+            ledger.charge(Request(f"http://a.example/{n}"), 1.0)
+        ledger.close()
+        store.commit()
+        return ledger, carried
+
+    assert run(Basis(10, DAY, "requests", 20.0), 10.2, spend=15)[1] is None  # the first terms: nothing to carry
+    in_bytes, carried = run(Basis(10, DAY, "bytes", 50_000.0), 10.3)  # same period, another unit
+    assert carried == Carried(Basis(10, DAY, "requests", 20.0), 15.0, 0.75, 37_500.0)
+    assert in_bytes.spent_at_start == stored_spend(tmp_path / "state.sqlite", 10) == 37_500.0
+    halves, carried = run(Basis(20, DAY / 2, "bytes", 8_000.0), 10.4)  # twelve-hour periods, the day still running
+    assert carried is not None
+    assert carried.share == 0.75
+    assert halves.spent_at_start == 6_000.0
+    assert stored_spend(tmp_path / "state.sqlite", 10) == 37_500.0  # the day's own row is left as it was
+    assert run(Basis(20, DAY / 2, "bytes", 8_000.0), 10.45)[1] is None  # the same terms again
+    # Back to the day in requests once the half-day is over: the day's row was last counted in bytes.
+    day, carried = run(Basis(10, DAY, "requests", 20.0), 10.6)
+    assert carried == Carried(Basis(10, DAY, "bytes", 50_000.0), 37_500.0, 0.75, 15.0)
+    assert day.spent_at_start == 15.0
+    # A share is rounded up to a whole amount.
+    assert run(Basis(10, DAY, "bytes", 7.0), 10.7)[0].spent_at_start == 6.0  # 15 of 20 is 5.25 of 7
+    assert run(Basis(11, DAY, "bytes", 50_000.0), 11.2)[1] is None  # a new day on the last terms
+    shadow, carried = run(Basis(11, DAY, "requests", None), 11.3)  # a period without a budget carries nothing
+    assert carried is not None
+    assert shadow.spent_at_start == 0.0
+    assert run(Basis(11, DAY, "bytes", 50_000.0), 11.4)[1] == Carried(Basis(11, DAY, "requests", None), 0.0, None, 0.0)
+    store.close()
+
+
+def test_books_of_another_unit_are_kept_apart(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    requests = Accounts(store, 10, DAY, 20.0, "requests")
+    requests.charged(None, "a.example", 3.0)
+    requests.save()
+    in_bytes = Accounts(store, 10, DAY, 50_000.0, "bytes")
+    assert in_bytes.current.total("spent") == 0.0
+    in_bytes.charged(None, "a.example", 900.0)
+    in_bytes.save()
+    again = Accounts(store, 10, DAY, 20.0, "requests")  # and back: the first books are not added to
+    again.charged(None, "a.example", 2.0)
+    again.save()
+    books = sorted((b.unit, b.superseded, b.runs, b.total("spent")) for b in stored_periods(store))
+    assert books == [("bytes", True, 1, 900.0), ("requests", False, 1, 2.0), ("requests", True, 1, 3.0)]
     store.close()

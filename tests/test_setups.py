@@ -216,3 +216,32 @@ def test_failures_back_off_whatever_the_billing(crawls: Crawls) -> None:
     sometimes = crawls.page("/sometimes/2")
     assert not sometimes["gone"]  # one 404 does not retire a page that answers the next day
     assert sometimes["visits"] == 3
+
+
+def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_spent(crawls: Crawls) -> None:
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    first = crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0)  # a day's budget, all spent
+    assert first.stats["costsched/period_spent"] == 5
+    # Twelve-hour periods from the same morning: the day's period is still running, and all of it was spent.
+    halves = crawls.run("COSTSCHED_BUDGET=5", "COSTSCHED_BUDGET_PERIOD=12h", paths=paths, day=1.1)
+    assert halves.hits == {}
+    assert ("COSTSCHED_BUDGET_PERIOD changed from 1d to 12h while the period it was counting was still running: "
+            "it had spent 5 of 5 requests, so 100% of this budget counts as spent (0 requests left)") in halves.log
+    # Then bytes: five requests are not five bytes.
+    bandwidth = ("COSTSCHED_BUDGET=40KB", "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET_PERIOD=12h")
+    in_bytes = crawls.run(*bandwidth, paths=paths, day=1.15)
+    assert in_bytes.hits == {}
+    assert "the billing unit (COSTSCHED_BILLING) changed from requests to bytes" in in_bytes.log
+    assert "(0 bytes left)" in in_bytes.log
+    assert in_bytes.stats["costsched/period_spent_at_start"] == 40_000
+    # The next twelve hours are counted in bytes from the start, and the requests' books are kept apart.
+    later = crawls.run(*bandwidth, paths=paths, day=1.3)
+    assert later.hits
+    assert "changed from" not in later.log
+    meta = read_state(crawls.tmp / "state.sqlite")["meta"]
+    books = {name: value for name, value in meta.items() if name.startswith("accounts:")}
+    half = [value for value in books.values() if value["period_seconds"] == 43_200]
+    assert sorted((value["unit"], value["superseded"]) for value in half) == [
+        ("bytes", False), ("bytes", False), ("requests", True)]
+    superseded = next(value for value in half if value["superseded"])
+    assert sum(c["spent"] for types in superseded["counters"].values() for c in types.values()) == 0

@@ -247,13 +247,15 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
     store, now = tracker.store, tracker.now()
     assert store is not None
     host_filter = set(hosts) or None
-    stored = stored_periods(store)
+    # Amounts of another unit (periods before COSTSCHED_BILLING changed) do not add to this one's.
+    stored = [accounts for accounts in stored_periods(store) if accounts.unit == tracker.billing.unit]
     periods = stored[-last_periods:] if last_periods is not None and last_periods > 0 else stored
     rows = []
     for accounts in periods:
         figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
         rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.budget,
-                              Ledger.stored_spend(store, accounts.period) if host_filter is None else figures.spent,
+                              Ledger.stored_spend(store, accounts.period)
+                              if host_filter is None and not accounts.superseded else figures.spent,
                               accounts.shadow, accounts.runs, figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
