@@ -173,6 +173,14 @@ class Ledger:
         assert self.budget is not None
         return self.budget - self.spent - self.reserved
 
+    def left(self) -> str:
+        """What is left of the budget, as the log says it: a budget lowered below the period's spend leaves
+        nothing, not a negative amount."""
+        remaining = self.remaining()
+        if remaining >= 0.0:
+            return f"{remaining:g} {self.basis.unit} left"
+        return f"0 {self.basis.unit} left ({self.spent:g} spent this period, over this budget)"
+
     def reserve(self, request: Request | str, cost: float) -> None:
         """Hold *cost* for *request* until it is charged or released.
 

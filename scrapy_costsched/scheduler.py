@@ -288,8 +288,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        logger.info("costsched: %.0f %s left in this period; planned %d of %d ranked known pages, "
-                    "%.0f kept for discovery", remaining, self.tracker.billing.unit, self._plan_end,
+        logger.info("costsched: %s in this period; planned %d of %d ranked known pages, "
+                    "%.0f kept for discovery", self.tracker.ledger.left(), self._plan_end,
                     len(self._ranking), self._discovery_allowance)
 
     def _within_capacity(self, head: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:

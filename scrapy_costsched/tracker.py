@@ -220,7 +220,7 @@ class Tracker:
         if budget is None:
             mode = "shadow mode (no COSTSCHED_BUDGET: every request goes out, observations are recorded)"
         else:
-            mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.remaining():g} left"
+            mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.left()}"
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
         if carried is not None:
             self._log_carried(carried)
@@ -240,7 +240,7 @@ class Tracker:
             counted = "nothing of it counts against this run's budget, as one of them had none"
         else:
             counted = (f"it had spent {carried.previous_spent:g} of {previous.budget:g} {previous.unit}, so "
-                       f"{carried.share:.0%} of this budget counts as spent ({self.ledger.remaining():g} {unit} left)")
+                       f"{carried.share:.0%} of this budget counts as spent ({self.ledger.left()})")
         logger.info("costsched: %s while the period it was counting was still running: %s", " and ".join(changes),
                     counted)
 
@@ -382,7 +382,7 @@ class Tracker:
             f" ({ignored} refused before download by robots.txt or offsite rules)" if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
-            f"{self.ledger.remaining():g} {self.billing.unit} left in this period",
+            f"{self.ledger.left()} in this period",
             max(period_end - self.now(), 0.0) / 3600.0)
 
     def _not_modified_observed(self) -> int:

@@ -245,3 +245,15 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
         ("bytes", False), ("bytes", False), ("requests", True)]
     superseded = next(value for value in half if value["superseded"])
     assert sum(c["spent"] for types in superseded["counters"].values() for c in types.values()) == 0
+
+
+def test_a_budget_lowered_below_the_period_s_spend_leaves_nothing_and_says_so(crawls: Crawls) -> None:
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    crawls.run("COSTSCHED_BUDGET=6", paths=paths, day=1.0)
+    lowered = crawls.run("COSTSCHED_BUDGET=4", paths=paths, day=1.2)
+    assert lowered.hits == {}
+    assert "budget 4 requests per period, 0 requests left (6 spent this period, over this budget)" in lowered.log
+    assert "-2 requests" not in lowered.log
+    raised = crawls.run("COSTSCHED_BUDGET=8", paths=paths, day=1.3)
+    assert raised.stats["costsched/spent"] == 2
+    assert "budget 8 requests per period, 2 requests left" in raised.log
