@@ -41,6 +41,7 @@ class PeriodAccounts:
 
     *superseded* books are those of terms a later run changed mid-period (``COSTSCHED_BILLING``, the
     period's length): their spend is their own counters', the ledger's row having moved to the new terms.
+    *carried* is what of the ledger's spend such a change carried over from them.
     """
 
     period: int
@@ -51,6 +52,7 @@ class PeriodAccounts:
     runs: int = 0
     counters: dict[str, dict[str, defaultdict[str, float]]] = field(default_factory=dict)
     superseded: bool = False
+    carried: float = 0.0
 
     def absorb(self, other: PeriodAccounts) -> None:
         """Add *other*'s runs and counters (books of the same period and terms) to these."""
@@ -75,6 +77,7 @@ class PeriodAccounts:
     def to_json(self) -> dict[str, Any]:
         return {"period": self.period, "period_seconds": self.period_seconds, "budget": self.budget,
                 "unit": self.unit, "shadow": self.shadow, "runs": self.runs, "superseded": self.superseded,
+                "carried": self.carried,
                 "counters": {host: {page_type: dict(sorted(counters.items()))
                                     for page_type, counters in types.items()}
                              for host, types in self.counters.items()}}
@@ -91,7 +94,8 @@ class PeriodAccounts:
             budget = data["budget"]
             return cls(int(data["period"]), float(data["period_seconds"]),
                        None if budget is None else float(budget), str(data["unit"]), bool(data["shadow"]),
-                       int(data["runs"]), counters, bool(data.get("superseded", False)))
+                       int(data["runs"]), counters, bool(data.get("superseded", False)),
+                       float(data.get("carried", 0.0)))
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed period accounts: {exc!r}") from None
 
@@ -193,4 +197,5 @@ def stored_periods(store: StateStorage) -> list[PeriodAccounts]:
                 periods.append(PeriodAccounts.from_json(value))
             except ValueError:
                 continue
-    return sorted(periods, key=lambda accounts: accounts.period)
+    # By start (periods of different lengths have numbers of different scales), books set aside first.
+    return sorted(periods, key=lambda accounts: (accounts.period * accounts.period_seconds, not accounts.superseded))

@@ -83,7 +83,8 @@ class Carried:
     previous_spent: float
     share: float | None
     """The share of its budget the previous period had spent (``None``: it had no budget)."""
-    spent: float
+    amount: float
+    """What of this period's spend the share stands for (spent by the previous period's runs, not this one's)."""
 
 
 class Ledger:
@@ -159,7 +160,7 @@ class Ledger:
         share = min(previous_spent / previous.budget, 1.0) if previous.budget else None
         carried = math.ceil(share * self.budget - 1e-9) if share is not None and self.budget is not None else 0.0
         self._restart(max(spent, carried))
-        return Carried(previous, previous_spent, share, self.spent)
+        return Carried(previous, previous_spent, share, self.spent - spent)
 
     def _restart(self, spent: float) -> None:
         self.spent_at_start = self.spent = self._granted = spent

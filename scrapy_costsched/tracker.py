@@ -211,6 +211,8 @@ class Tracker:
         carried = self.ledger.rebase(self.now())
         budget = self.ledger.budget
         self.accounts = Accounts(store, self.ledger.period, self.config.budget_period, budget, self.billing.unit)
+        if carried is not None:
+            self.accounts.current.carried += carried.amount
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
         self.volatile = VolatileFields.from_state(store.get_meta("volatile_fields") or {})
         self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)

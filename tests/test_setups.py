@@ -41,6 +41,9 @@ class Crawls:
         self.clock = tmp / "clock"
         self.day = 0.0
 
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ, DEMO_CLOCK_FILE=str(self.clock), PYTHONPATH=os.pathsep.join([str(ROOT), str(PROJECT)]))
+
     def run(self, *settings: str, day: float | None = None, **spider_args: str) -> Run:
         self.day = self.day + 1 if day is None else day
         DemoSite(None, "", self.clock).set_time(DemoSite.day(self.day))  # type: ignore[arg-type]
@@ -53,13 +56,23 @@ class Crawls:
             cmd += ["-a", f"{name}={value}"]
         for setting in settings:
             cmd += ["-s", setting]
-        env = dict(os.environ, DEMO_CLOCK_FILE=str(self.clock), PYTHONPATH=os.pathsep.join([str(ROOT), str(PROJECT)]))
         before = dict(self.site.hits)
-        proc = subprocess.run(cmd, cwd=self.tmp, env=env, capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
+                              check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         stats: dict[str, Any] = json.loads(stats_file.read_text())
         hits = {path: n - before.get(path, 0) for path, n in self.site.hits.items() if n > before.get(path, 0)}
         return Run(stats, proc.stderr, hits)
+
+    def report(self, *options: str, settings: tuple[str, ...] = ()) -> str:
+        """``scrapy costsched-report`` on the state, at the time of the last run."""
+        cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--state", str(self.tmp / "state.sqlite"), *options]
+        for setting in settings:
+            cmd += ["-s", setting]
+        proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
 
     def page(self, path: str) -> dict[str, Any]:
         pages = read_state(self.tmp / "state.sqlite")["pages"]
@@ -245,6 +258,15 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
         ("bytes", False), ("bytes", False), ("requests", True)]
     superseded = next(value for value in half if value["superseded"])
     assert sum(c["spent"] for types in superseded["counters"].values() for c in types.values()) == 0
+    # The report shows each unit's periods by start, the half-days with their hours, and what was carried.
+    periods = json.loads(crawls.report("--json", settings=bandwidth))["periods"]
+    assert [(p["start"], p["seconds"], p["spent"] > 0, p["carried"]) for p in periods] == [
+        ("2026-01-02T00:00:00Z", 43_200, False, 40_000), ("2026-01-02T12:00:00Z", 43_200, True, 0)]
+    requests = json.loads(crawls.report("--json"))["periods"]
+    assert [(p["seconds"], p["spent"], p["carried"]) for p in requests] == [(43_200, 0, 5), (86_400, 5, 0)]
+    table = crawls.report(settings=bandwidth)
+    assert "2026-01-02 00:00" in table
+    assert "0 B (+40.00 kB carried)" in table
 
 
 def test_a_budget_lowered_below_the_period_s_spend_leaves_nothing_and_says_so(crawls: Crawls) -> None:

@@ -100,15 +100,27 @@ class Figures:
 
 @dataclass
 class PeriodRow:
-    """One budget period: its budget (``None`` in shadow mode), the ledger's spend and what it bought."""
+    """One budget period: its budget (``None`` in shadow mode), its runs' spend and what it bought.
+
+    *spent* is the ledger's less what a change of billing unit or period length *carried* into it (the books'
+    own when a later change of terms superseded them).
+    """
 
     period: int
     start: str | None
+    seconds: float
     budget: float | None
     spent: float
+    carried: float
     shadow: bool
     runs: int
     figures: Figures
+
+    @property
+    def label(self) -> str:
+        """Its start: the date, and the time of day for periods shorter than a day."""
+        start = self.start or str(self.period)
+        return start[:10] if self.seconds >= DAY else start[:16].replace("T", " ")
 
 
 @dataclass
@@ -253,10 +265,12 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
     rows = []
     for accounts in periods:
         figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
-        rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.budget,
-                              Ledger.stored_spend(store, accounts.period)
-                              if host_filter is None and not accounts.superseded else figures.spent,
-                              accounts.shadow, accounts.runs, figures))
+        whole = host_filter is None and not accounts.superseded
+        rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.period_seconds,
+                              accounts.budget,
+                              Ledger.stored_spend(store, accounts.period) - accounts.carried if whole else figures.spent,
+                              accounts.carried if host_filter is None else 0.0, accounts.shadow, accounts.runs,
+                              figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
 

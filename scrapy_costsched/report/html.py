@@ -154,9 +154,9 @@ def _label(name: str) -> str:
 
 def _period_axis(axes: Axes, periods: list[PeriodRow]) -> None:
     """Periods along x, labelled by their start date (the year left out when they share it)."""
-    starts = [p.start or str(p.period) for p in periods]
+    starts = [p.label for p in periods]
     same_year = len({start[:4] for start in starts}) == 1
-    labels = [start[5:10] if same_year else start[:10] for start in starts]
+    labels = [start[5:] if same_year else start for start in starts]
     step = math.ceil(len(periods) / PERIOD_TICKS)
     axes.set_xticks(range(0, len(periods), step), labels[::step])
     axes.set_xlim(-0.6, len(periods) - 0.4)
