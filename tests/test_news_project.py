@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import read_state
-from tests.newssite import NewsSite, run_news
+from tests.newssite import NEWS_PROJECT, NewsSite, news_command, run_news
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -228,3 +231,28 @@ def test_components_without_the_scheduler_say_that_nothing_is_recorded(site: New
     assert with_scheduler.returncode == 0, with_scheduler.log[-3000:]
     assert "not scrapy_costsched.CostAwareScheduler" not in with_scheduler.log
     assert "returned a Deferred" not in with_scheduler.log
+
+
+def test_a_crawl_outside_the_project_without_a_state_path_asks_for_one(site: NewsSite, tmp_path: Path) -> None:
+    """A cron job, a container or Scrapyd runs ``scrapy crawl`` with ``SCRAPY_SETTINGS_MODULE`` from another
+    directory: Scrapy finds no ``scrapy.cfg`` to place the project's data directory by, so the default state
+    has no place. The crawl stops with one line before any request (it used to end in a traceback, with the
+    middlewares disabled), and the report command says the same."""
+    site.set_day(0)
+    cmd, env, _, _ = news_command(site, tmp_path / "crawl", tag="outside")
+    at = cmd.index(f"COSTSCHED_STATE={tmp_path / 'crawl' / 'state.sqlite'}")
+    del cmd[at - 1:at + 1]
+    env = dict(env, SCRAPY_SETTINGS_MODULE="news.settings",
+               PYTHONPATH=os.pathsep.join([str(NEWS_PROJECT), env["PYTHONPATH"]]))
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert re.search(r"CRITICAL: COSTSCHED_STATE is not set, and outside the project's directory \(.* has no "
+                     r"scrapy.cfg above it\) .* set COSTSCHED_STATE to the state's path", proc.stderr), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+    assert "Disabled" not in proc.stderr
+    assert site.total == 0
+    assert not (tmp_path / ".scrapy").exists()
+    report = subprocess.run([sys.executable, "-m", "scrapy", "costsched-report", "--spider", "news"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert report.returncode != 0
+    assert "error: COSTSCHED_STATE is not set, and outside the project's directory" in report.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
+from scrapy.exceptions import NotConfigured, UsageError
 from scrapy.utils.misc import load_object
 from scrapy.utils.project import data_path
 
@@ -29,8 +29,20 @@ if TYPE_CHECKING:
 
 
 def default_state(spider_name: str, createdir: bool = False) -> str:
-    """Where a spider's state lives when ``COSTSCHED_STATE`` is not set: the project's data dir."""
-    return str(Path(data_path("costsched", createdir=createdir)) / f"{spider_name}.sqlite")
+    """Where a spider's state lives when ``COSTSCHED_STATE`` is not set: the project's data dir.
+
+    Run outside the project's directory (``SCRAPY_SETTINGS_MODULE`` set by a cron job, a container or
+    Scrapyd), Scrapy finds no ``scrapy.cfg`` to place that dir by, and a state put beside the working
+    directory instead would start from nothing whenever it differs: the user is asked for a path.
+    """
+    try:
+        return str(Path(data_path("costsched", createdir=createdir)) / f"{spider_name}.sqlite")
+    except NotConfigured:
+        raise StateError(
+            f"COSTSCHED_STATE is not set, and outside the project's directory ({Path.cwd()} has no scrapy.cfg "
+            f"above it) Scrapy cannot say where the project's data directory is: set COSTSCHED_STATE to the "
+            f"state's path (such as /var/lib/crawls/{spider_name}.sqlite), or run scrapy from the project's "
+            f"directory.") from None
 
 
 @dataclass
@@ -110,7 +122,10 @@ class StateCommand(ScrapyCommand):
         if not state:
             if name is None:
                 raise UsageError("name the spider (--spider NAME) or the state (--state PATH)", print_help=False)
-            state = default_state(name)
+            try:
+                state = default_state(name)
+            except StateError as exc:
+                raise UsageError(str(exc), print_help=False) from None
         return Target(state, config, settings)
 
     def open_state(self, state: str, read_only: bool = True) -> StateStorage:
