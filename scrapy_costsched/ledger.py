@@ -107,8 +107,6 @@ class Ledger:
     def __init__(self, store: StateStorage, basis: Basis, commit: Callable[[], None]) -> None:
         self.store = store
         self.basis = basis
-        self.period = basis.period
-        self.budget = basis.budget
         self._commit = commit
         self.spent_at_start = self.stored_spend(store, basis.period)
         self.spent = self.spent_at_start
@@ -119,6 +117,14 @@ class Ledger:
         self._reservations: dict[int | str, tuple[float, bool]] = {}
         self._holds = itertools.count(1)
         self._granted = self.spent
+
+    @property
+    def period(self) -> int:
+        return self.basis.period
+
+    @property
+    def budget(self) -> float | None:
+        return self.basis.budget
 
     @property
     def _key(self) -> str:
