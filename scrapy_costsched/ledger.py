@@ -136,7 +136,7 @@ class Ledger:
         what the report shows."""
         return float(store.get_meta(_key(period)) or 0.0)
 
-    def rebase(self, now: float) -> Carried | None:
+    def rebase(self, now: float, *, record: bool = True) -> Carried | None:
         """Count this period on the settings' terms when earlier runs counted on others, and store them.
 
         A period's spend is in one unit over one length. When a run finds the billing unit or
@@ -145,11 +145,14 @@ class Ledger:
         budget, rounded up (all of it spent stays all spent), so a change of terms takes effect
         at once and neither spends the period twice nor reads requests as bytes. A period that
         had no budget carries nothing. A row of another length keeps its own number and spend.
+        With *record* false (a report over a read-only state) the ledger counts as the next crawl's
+        will, storing nothing.
         """
         last = Basis.from_json(self.store.get_meta(BASIS_KEY))
         own = Basis.from_json(self.store.get_meta(_basis_key(self.period)))
-        for key in (BASIS_KEY, _basis_key(self.period)):
-            self.store.set_meta(key, asdict(self.basis))
+        if record:
+            for key in (BASIS_KEY, _basis_key(self.period)):
+                self.store.set_meta(key, asdict(self.basis))
         previous = last if last is not None and not last.same_terms(self.basis) and now < last.end else None
         spent = self.spent
         if own is not None and not own.same_terms(self.basis):
@@ -160,17 +163,18 @@ class Ledger:
                 previous = previous or own
         if previous is None:
             if spent != self.spent:
-                self._restart(spent)
+                self._restart(spent, record)
             return None
         previous_spent = self.stored_spend(self.store, previous.period)
         share = min(previous_spent / previous.budget, 1.0) if previous.budget else None
         carried = math.ceil(share * self.budget - 1e-9) if share is not None and self.budget is not None else 0.0
-        self._restart(max(spent, carried))
+        self._restart(max(spent, carried), record)
         return Carried(previous, previous_spent, share, self.spent - spent)
 
-    def _restart(self, spent: float) -> None:
+    def _restart(self, spent: float, record: bool) -> None:
         self.spent_at_start = self.spent = self._granted = spent
-        self.store.set_meta(self._key, spent)
+        if record:
+            self.store.set_meta(self._key, spent)
 
     @property
     def spent_this_run(self) -> float:

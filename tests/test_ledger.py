@@ -13,6 +13,7 @@ from scrapy_costsched.accounts import Accounts, stored_periods
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import GRANT_CHUNK_VISITS, Basis, Carried, Ledger
 from scrapy_costsched.storage import TABLE, SqliteDictStorage
+from tests.helpers import read_state
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -98,6 +99,25 @@ def test_a_change_of_terms_carries_the_share_of_the_budget_the_running_period_sp
     assert carried is not None
     assert shadow.spent_at_start == 0.0
     assert run(Basis(11, DAY, "bytes", 50_000.0), 11.4)[1] == Carried(Basis(11, DAY, "requests", None), 0.0, None, 0.0)
+    store.close()
+
+
+def test_a_rebase_without_recording_counts_the_same_and_stores_nothing(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    ledger = Ledger(store, Basis(10, DAY, "requests", 20.0), commit=store.commit)
+    ledger.rebase(10.2 * DAY)
+    for n in range(15):
+        ledger.charge(Request(f"http://a.example/{n}"), 1.0)
+    ledger.close()
+    store.commit()
+    before = read_state(tmp_path / "state.sqlite")
+    in_bytes = Ledger(store, Basis(10, DAY, "bytes", 50_000.0), commit=store.commit)
+    carried = in_bytes.rebase(10.3 * DAY, record=False)
+    assert carried == Carried(Basis(10, DAY, "requests", 20.0), 15.0, 0.75, 37_500.0)
+    assert in_bytes.spent == 37_500.0
+    store.commit()
+    assert read_state(tmp_path / "state.sqlite") == before
     store.close()
 
 

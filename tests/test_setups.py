@@ -66,7 +66,8 @@ class Crawls:
 
     def report(self, *options: str, settings: tuple[str, ...] = ()) -> str:
         """``scrapy costsched-report`` on the state, at the time of the last run."""
-        cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--state", str(self.tmp / "state.sqlite"), *options]
+        cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--state", str(self.tmp / "state.sqlite"), *options,
+               "-s", "COSTSCHED_CLOCK=demo_site.clock.now"]  # the spider's clock, which --state does not name
         for setting in settings:
             cmd += ["-s", setting]
         proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
@@ -235,6 +236,11 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
     paths = ",".join(f"/page/{n}" for n in range(1, 9))
     first = crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0)  # a day's budget, all spent
     assert first.stats["costsched/period_spent"] == 5
+    # Read before any crawl on new terms, the report counts the period as that crawl will: all spent, so the
+    # next plan is the next day's (five requests read as five bytes planned for now).
+    ahead = json.loads(crawls.report("--json", settings=("COSTSCHED_BUDGET=40KB", "COSTSCHED_BILLING=bandwidth")))
+    assert ahead["next_plan_at"] == "2026-01-03T00:00:00Z"
+    assert ahead["next_plan"]
     # Twelve-hour periods from the same morning: the day's period is still running, and all of it was spent.
     halves = crawls.run("COSTSCHED_BUDGET=5", "COSTSCHED_BUDGET_PERIOD=12h", paths=paths, day=1.1)
     assert halves.hits == {}

@@ -72,6 +72,9 @@ def reading_tracker(target: Target, store: StateStorage) -> Tracker:
         load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
     tracker = Tracker(crawler, target.config)
     tracker.attach(store)
+    # Spend counted on other terms (COSTSCHED_BILLING or the period's length changed since the last crawl) as the
+    # next crawl will count it, not read as this unit's.
+    tracker.ledger.rebase(tracker.now(), record=False)
     return tracker
 
 
