@@ -185,12 +185,12 @@ class Ledger:
         return self.budget - self.spent - self.reserved
 
     def left(self) -> str:
-        """What is left of the budget, as the log says it: a budget lowered below the period's spend leaves
-        nothing, not a negative amount."""
+        """What is left of the period's budget, as the log says it: a budget lowered below the period's spend
+        (or a shadow run's spend earlier in the period) leaves nothing, not a negative amount."""
         remaining = self.remaining()
         if remaining >= 0.0:
-            return f"{remaining:g} {self.basis.unit} left"
-        return f"0 {self.basis.unit} left ({self.spent:g} spent this period, over this budget)"
+            return f"{remaining:g} {self.basis.unit} left in this period"
+        return f"0 {self.basis.unit} left in this period ({self.spent:g} spent, over this budget)"
 
     def reserve(self, request: Request | str, cost: float) -> None:
         """Hold *cost* for *request* until it is charged or released.

@@ -192,6 +192,7 @@ class CostAwareScheduler(BaseScheduler):
         self._cursor = 0
         self._plan_end = 0
         self._planned: dict[str, int] = {}  # planned page -> its place in the ranking
+        self._remaining_at_start = 0.0
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
         # Budget held for planned pages only the spider can yield, until it yields them or goes idle.
@@ -286,9 +287,10 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
+        self._remaining_at_start = remaining
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        logger.info("costsched: %s in this period; planned %d of %d ranked known pages, "
+        logger.info("costsched: %s; planned %d of %d ranked known pages, "
                     "%.0f kept for discovery", self.tracker.ledger.left(), self._plan_end,
                     len(self._ranking), self._discovery_allowance)
 
@@ -415,11 +417,12 @@ class CostAwareScheduler(BaseScheduler):
 
     def _report_left_out_starts(self) -> None:
         """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
+        why = ("nothing was left of the period's budget when the run started" if self._remaining_at_start <= 0.0
+               else "it ranks below what the budget pays for (nothing new expected from it yet)")
         for key, url in self._left_out_starts.items():
             if key not in self._dispatched:
                 self.stats.inc_value("costsched/skipped/start_url")
-                logger.info("costsched: start URL %s not visited in this run: it ranks below what the budget "
-                            "pays for (nothing new expected from it yet)", url)
+                logger.info("costsched: start URL %s not visited in this run: %s", url, why)
 
     def _defer(self, key: str) -> None:
         """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""

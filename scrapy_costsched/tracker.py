@@ -384,7 +384,7 @@ class Tracker:
             f" ({ignored} refused before download by robots.txt or offsite rules)" if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
-            f"{self.ledger.left()} in this period",
+            self.ledger.left(),
             max(period_end - self.now(), 0.0) / 3600.0)
 
     def _not_modified_observed(self) -> int:

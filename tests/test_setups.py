@@ -245,13 +245,13 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
     halves = crawls.run("COSTSCHED_BUDGET=5", "COSTSCHED_BUDGET_PERIOD=12h", paths=paths, day=1.1)
     assert halves.hits == {}
     assert ("COSTSCHED_BUDGET_PERIOD changed from 1d to 12h while the period it was counting was still running: "
-            "it had spent 5 of 5 requests, so 100% of this budget counts as spent (0 requests left)") in halves.log
+            "it had spent 5 of 5 requests, so 100% of this budget counts as spent (0 requests left in this period)") in halves.log
     # Then bytes: five requests are not five bytes.
     bandwidth = ("COSTSCHED_BUDGET=40KB", "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET_PERIOD=12h")
     in_bytes = crawls.run(*bandwidth, paths=paths, day=1.15)
     assert in_bytes.hits == {}
     assert "the billing unit (COSTSCHED_BILLING) changed from requests to bytes" in in_bytes.log
-    assert "(0 bytes left)" in in_bytes.log
+    assert "(0 bytes left in this period)" in in_bytes.log
     assert in_bytes.stats["costsched/period_spent_at_start"] == 40_000
     # The next twelve hours are counted in bytes from the start, and the requests' books are kept apart.
     later = crawls.run(*bandwidth, paths=paths, day=1.3)
@@ -275,13 +275,29 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
     assert "0 B (+40.00 kB carried)" in table
 
 
+def test_a_budget_set_after_a_shadow_run_in_the_same_period_says_nothing_is_left_and_why(crawls: Crawls) -> None:
+    paths = ",".join(f"/page/{n}" for n in range(1, 5))
+    shadow = crawls.run(paths=paths, day=1.0)
+    spent = shadow.stats["costsched/period_spent"]
+    assert spent == 5  # four pages and robots.txt
+    budgeted = crawls.run("COSTSCHED_BUDGET=3", paths=paths, day=1.2)
+    assert budgeted.hits == {}
+    assert f"budget 3 requests per period, 0 requests left in this period ({spent:g} spent, over this budget)" \
+        in budgeted.log
+    assert "left in this period in this period" not in budgeted.log
+    assert ("start URL " + crawls.site.url + "/page/1 not visited in this run: nothing was left of the period's "
+            "budget when the run started") in budgeted.log
+    assert "ranks below" not in budgeted.log
+    assert crawls.run("COSTSCHED_BUDGET=3", paths=paths, day=2.2).hits  # the next period's budget is whole
+
+
 def test_a_budget_lowered_below_the_period_s_spend_leaves_nothing_and_says_so(crawls: Crawls) -> None:
     paths = ",".join(f"/page/{n}" for n in range(1, 9))
     crawls.run("COSTSCHED_BUDGET=6", paths=paths, day=1.0)
     lowered = crawls.run("COSTSCHED_BUDGET=4", paths=paths, day=1.2)
     assert lowered.hits == {}
-    assert "budget 4 requests per period, 0 requests left (6 spent this period, over this budget)" in lowered.log
+    assert "budget 4 requests per period, 0 requests left in this period (6 spent, over this budget)" in lowered.log
     assert "-2 requests" not in lowered.log
     raised = crawls.run("COSTSCHED_BUDGET=8", paths=paths, day=1.3)
     assert raised.stats["costsched/spent"] == 2
-    assert "budget 8 requests per period, 2 requests left" in raised.log
+    assert "budget 8 requests per period, 2 requests left in this period" in raised.log
