@@ -132,6 +132,7 @@ class Tracker:
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
+        self._invalid_seen: set[tuple[str, str]] = set()  # (meta key, value or its type) already warned about
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
@@ -459,9 +460,7 @@ class Tracker:
         if raw is None:
             return None
         if resolve_value(raw, self.config.value_tiers) is None:
-            logger.warning("costsched: ignoring invalid costsched_value %r (use a positive number or one of %s)",
-                           raw, sorted(self.config.value_tiers))
-            self.stats.inc_value("costsched/invalid/costsched_value")
+            self._invalid("costsched_value", raw, f"use a positive number or one of {sorted(self.config.value_tiers)}")
             return None
         return raw  # type: ignore[no-any-return]
 
@@ -488,7 +487,7 @@ class Tracker:
         new = page is None
         meta_type = request.meta.get("costsched_page_type")
         if meta_type is not None and not isinstance(meta_type, str):
-            self.stats.inc_value("costsched/invalid/costsched_page_type")
+            self._invalid("costsched_page_type", meta_type, "use a string")
             meta_type = None
         raw_value = self._value_from(request, request.meta.get("costsched_value"))
         template = make_template(request, self.spider)
@@ -584,9 +583,18 @@ class Tracker:
             return None
         if not isinstance(override, bool) and isinstance(override, (int, float)) and 0 < override < math.inf:
             return float(override)
-        logger.warning("costsched: ignoring invalid costsched_cost %r (use a positive number)", override)
-        self.stats.inc_value("costsched/invalid/costsched_cost")
+        self._invalid("costsched_cost", override, "use a positive number")
         return None
+
+    def _invalid(self, meta_key: str, raw: Any, hint: str) -> None:
+        """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run (a
+        spider sets it on every request of a kind, and thousands of identical warnings would bury the log)."""
+        self.stats.inc_value(f"costsched/invalid/{meta_key}")
+        seen = (meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__)
+        if seen not in self._invalid_seen:
+            self._invalid_seen.add(seen)
+            logger.warning("costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, "
+                           "this is said once)", meta_key, raw, hint, meta_key)
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
         """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its kind of page.

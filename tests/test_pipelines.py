@@ -106,6 +106,20 @@ def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
     assert run.page(URL).value == "high"
 
 
+def test_an_invalid_meta_value_is_counted_each_time_and_said_once(runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    run = runs()
+    for n in range(1, 4):
+        run.visit(f"http://shop.example/p/{n}", [Product(str(n), 1.0)],
+                  meta={"costsched_value": "gold", "costsched_page_type": 5, "costsched_cost": -1})
+    run.visit("http://shop.example/p/4", [Product("4", 1.0)], meta={"costsched_value": "silver"})
+    for meta_key, uses in (("costsched_value", 4), ("costsched_page_type", 3), ("costsched_cost", 3)):
+        assert run.stats[f"costsched/invalid/{meta_key}"] == uses, meta_key
+    warned = [r.getMessage() for r in caplog.records if "ignoring invalid" in r.getMessage()]
+    assert sorted(message.split(" (")[0] for message in warned) == [
+        "costsched: ignoring invalid costsched_cost -1", "costsched: ignoring invalid costsched_page_type 5",
+        "costsched: ignoring invalid costsched_value 'gold'", "costsched: ignoring invalid costsched_value 'silver'"]
+
+
 def test_spider_hook_sets_value_from_items(runs: Any) -> None:
     run = runs()
     run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None
