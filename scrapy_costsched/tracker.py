@@ -132,7 +132,7 @@ class Tracker:
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
-        self._invalid_seen: set[tuple[str, str]] = set()  # (meta key, value or its type) already warned about
+        self._warned: set[tuple[str, str]] = set()  # what _warn_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
@@ -587,14 +587,18 @@ class Tracker:
         return None
 
     def _invalid(self, meta_key: str, raw: Any, hint: str) -> None:
-        """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run (a
-        spider sets it on every request of a kind, and thousands of identical warnings would bury the log)."""
+        """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run."""
         self.stats.inc_value(f"costsched/invalid/{meta_key}")
-        seen = (meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__)
-        if seen not in self._invalid_seen:
-            self._invalid_seen.add(seen)
-            logger.warning("costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, "
-                           "this is said once)", meta_key, raw, hint, meta_key)
+        self._warn_once((meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__),
+                        "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
+                        "said once)", meta_key, raw, hint, meta_key)
+
+    def _warn_once(self, what: tuple[str, str], message: str, *args: Any) -> None:
+        """Log a WARNING the first time *what* happens in this run: a spider repeats a mistake on every request
+        or item of a kind, and thousands of identical lines would bury the log (the stats count each one)."""
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.warning(message, *args)
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
         """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its kind of page.
@@ -981,8 +985,10 @@ class Tracker:
         try:
             return self.hasher.item_hash(item)
         except UnhashableItem as exc:
-            logger.warning("costsched: %s; the item passes through but is left out of its page's record", exc)
             self.stats.inc_value("costsched/items/unhashable")
+            self._warn_once(("unhashable", f"{exc.item_type}.{exc.field}"),
+                            "costsched: %s; the item passes through but is left out of its page's record (each such "
+                            "item is counted in costsched/items/unhashable, this is said once per field)", exc)
             return None
 
     def is_unchanged(self, item: Any) -> bool:

@@ -120,6 +120,17 @@ def test_an_invalid_meta_value_is_counted_each_time_and_said_once(runs: Any, cap
         "costsched: ignoring invalid costsched_value 'gold'", "costsched: ignoring invalid costsched_value 'silver'"]
 
 
+def test_an_unhashable_field_is_counted_per_item_and_said_once_per_field(runs: Any,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    run = runs()
+    passed = [run.visit(f"http://shop.example/p/{n}", [{"sku": str(n), "maker": object()}]) for n in range(1, 4)]
+    assert [len(items) for items in passed] == [1, 1, 1]  # every item reaches the feed
+    assert run.stats["costsched/items/unhashable"] == 3
+    warned = [r.getMessage() for r in caplog.records if "cannot hash field" in r.getMessage()]
+    assert len(warned) == 1
+    assert "cannot hash field 'maker' of dict" in warned[0]
+
+
 def test_spider_hook_sets_value_from_items(runs: Any) -> None:
     run = runs()
     run.crawler.spider.costsched_value = lambda source: 9.0 if isinstance(source, Product) else None
