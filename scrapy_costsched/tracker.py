@@ -1101,9 +1101,13 @@ class Tracker:
                 # Items used to come from this page and none did now: broken extraction or a
                 # vanished page, not a change.
                 outcome = "empty"
-                logger.warning("costsched: %s yielded no items this time (it used to); not counted as a change",
-                               page.url)
                 self.stats.inc_value("costsched/extraction_empty")
+                logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
+                self._warn_once(("empty", page.page_type),
+                                "costsched: %s yielded no items this time (it used to); not counted as a change. A "
+                                "selector that stopped matching does this to every page of a kind: such pages are "
+                                "counted in costsched/extraction_empty and listed at DEBUG, this is said once per "
+                                "page type (%r)", page.url, page.page_type)
             else:
                 previous_fields = page.field_hashes
                 outcome = self.learner.record(page, visit)

@@ -87,13 +87,20 @@ def test_pages_without_items_are_recorded_by_their_outlinks(runs: Any) -> None:
     assert run.page(hub).record_kind == "links"
 
 
-def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any) -> None:
-    runs().visit(URL, [Product("a", 1.0)])
+def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 4)]
+    first = runs()
+    for url in urls:
+        first.visit(url, [Product(url, 1.0)])
     run = runs()
-    run.visit(URL, [])
-    assert run.stats["costsched/extraction_empty"] == 1
+    for url in urls:  # a selector that stopped matching: every page of the kind
+        run.visit(url, [])
+    assert run.stats["costsched/extraction_empty"] == 3
     assert "costsched/changed" not in run.stats
     assert run.page(URL).record_kind == "items"
+    warned = [r for r in caplog.records if "yielded no items" in r.getMessage() and r.levelname == "WARNING"]
+    assert len(warned) == 1
+    assert "once per page type ('Product')" in warned[0].getMessage()
 
 
 def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
