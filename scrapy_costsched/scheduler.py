@@ -418,7 +418,7 @@ class CostAwareScheduler(BaseScheduler):
     def _report_left_out_starts(self) -> None:
         """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
         why = ("nothing was left of the period's budget when the run started" if self._remaining_at_start <= 0.0
-               else "it ranks below what the budget pays for (nothing new expected from it yet)")
+               else "it ranks below the pages this run's budget pays for")
         for key, url in self._left_out_starts.items():
             if key not in self._dispatched:
                 self.stats.inc_value("costsched/skipped/start_url")

@@ -120,7 +120,8 @@ def test_a_start_url_left_out_of_a_run_is_logged_and_counted(site: NewsSite, tmp
     assert tight.stats["costsched/skipped/start_url"] == 1
     line = next(line for line in tight.log.splitlines() if "not visited in this run" in line)
     assert "INFO" in line
-    assert f"start URL {site.url}/ not visited in this run" in line
+    assert line.endswith(f"start URL {site.url}/ not visited in this run: it ranks below the pages this run's "
+                         "budget pays for")
 
 
 def test_a_crawl_spiders_planned_pages_come_back_through_its_rules(site: NewsSite, tmp_path: Path) -> None:
