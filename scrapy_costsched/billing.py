@@ -62,7 +62,9 @@ class CreditsBilling(RequestsBilling):
 
     Which statuses are paid for is ``COSTSCHED_BILLED_STATUSES`` (default 200-399; some
     APIs also bill a 404 or not a 304). As in the seed article's Web Scraping API
-    example, rendering does not change the price, so a visit is planned at one credit.
+    example, rendering does not change the price, so a visit is planned at one credit;
+    an API that prices calls differently is told by the page's ``costsched_cost``, which
+    the tracker charges for each billed answer of that page.
     """
 
     unit = "credits"

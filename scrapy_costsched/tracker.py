@@ -25,7 +25,7 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
-from scrapy_costsched.billing import BillingModel
+from scrapy_costsched.billing import BillingModel, CreditsBilling
 from scrapy_costsched.commands import default_state
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
@@ -101,6 +101,13 @@ async def _finished(closed: Deferred[None]) -> None:
 
 def _robots_holder(netloc: str) -> str:
     return f"robots.txt:{netloc}"
+
+
+def _valid_cost(value: Any) -> float | None:
+    """*value* as a ``costsched_cost``: a positive, finite number, else ``None``."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf:
+        return float(value)
+    return None
 
 
 class Tracker:
@@ -581,10 +588,10 @@ class Tracker:
         override = meta.get("costsched_cost")
         if override is None:
             return None
-        if not isinstance(override, bool) and isinstance(override, (int, float)) and 0 < override < math.inf:
-            return float(override)
-        self._invalid("costsched_cost", override, "use a positive number")
-        return None
+        valid = _valid_cost(override)
+        if valid is None:
+            self._invalid("costsched_cost", override, "use a positive number")
+        return valid
 
     def _invalid(self, meta_key: str, raw: Any, hint: str) -> None:
         """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run."""
@@ -780,6 +787,11 @@ class Tracker:
             # answered in full (judged with the record) or failed: either way no longer in flight
             self.hosts.verification_answered(urlparse_cached(request).hostname or "")
         cost = self.billing.attempt_cost(status, round(billed))
+        price = _valid_cost(request.meta.get("costsched_cost"))
+        if price is not None and cost > 0.0 and isinstance(self.billing, CreditsBilling):
+            # What the API bills for this kind of call (a rendered page, a premium proxy) is what the spider says,
+            # as it was planned: the crawler cannot see it. Requests are counted and bytes measured instead.
+            cost = price
         self.ledger.charge(request, cost)
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)

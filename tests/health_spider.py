@@ -1,4 +1,7 @@
-"""A spider for ``scrapy runspider``: every page of the sites given, as a user's default project would crawl them."""
+"""A spider for ``scrapy runspider``: every page of the sites given, as a user's default project would crawl them.
+
+``-a render=1`` marks every page rendered (``costsched_render``), ``-a cost=N`` gives each a ``costsched_cost``.
+"""
 
 from __future__ import annotations
 
@@ -18,18 +21,21 @@ class HealthSpider(StatsFileSpider):
         "LOG_LEVEL": "INFO",
     }
 
-    def __init__(self, sites: str = "", pages: str = "20", render: str = "",
+    def __init__(self, sites: str = "", pages: str = "20", render: str = "", cost: str = "",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sites = sites.split(",")
         self.pages = int(pages)
-        self.render = bool(render)
+        self.meta: dict[str, Any] = {}
+        if render:
+            self.meta["costsched_render"] = True
+        if cost:
+            self.meta["costsched_cost"] = float(cost)
 
     async def start(self) -> Any:
         for site in self.sites:
             for number in range(self.pages):
-                yield scrapy.Request(f"{site}/p/{number}", callback=self.parse,
-                                     meta={"costsched_render": True} if self.render else {})
+                yield scrapy.Request(f"{site}/p/{number}", callback=self.parse, meta=dict(self.meta))
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "title": response.css("h1::text").get()}

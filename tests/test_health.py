@@ -38,7 +38,7 @@ POLITE = "DOWNLOAD_DELAY=0.1"
 
 
 def crawl_pages(tmp: Path, sites: list[ThrottlingSite], *settings: str, pages: int = PAGES,
-                render: bool = False, gives_up: bool = False) -> dict[str, Any]:
+                render: bool = False, cost: float | None = None, gives_up: bool = False) -> dict[str, Any]:
     """``scrapy runspider tests/health_spider.py`` over every page of *sites*; its stats (and ``_log``).
 
     Only with *gives_up* may RetryMiddleware give up on a request (which it logs as an error)."""
@@ -48,6 +48,8 @@ def crawl_pages(tmp: Path, sites: list[ThrottlingSite], *settings: str, pages: i
            "-a", f"stats_file={stats_file}", "-s", f"COSTSCHED_STATE={tmp / 'state.sqlite'}"]
     if render:
         cmd += ["-a", "render=1"]
+    if cost is not None:
+        cmd += ["-a", f"cost={cost:g}"]
     for setting in settings:
         cmd += ["-s", setting]
     proc = subprocess.run(cmd, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
@@ -254,6 +256,14 @@ def test_under_credits_failures_bill_nothing_and_a_rendered_page_one_credit(
     answered = stats["downloader/response_status_count/200"]  # pages and robots.txt
     assert stats["downloader/response_status_count/429"] >= 1
     assert stats["costsched/period_spent"] == answered
+
+
+def test_under_credits_a_page_s_costsched_cost_is_what_each_billed_answer_costs(
+        healthy: ThrottlingSite, tmp_path: Path) -> None:
+    # A rendering API billing 5 credits a page: robots.txt (1 credit) and five pages fit a budget of 26.
+    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=credits", "COSTSCHED_BUDGET=26", cost=5)
+    assert stats["downloader/response_status_count/200"] == 6
+    assert stats["costsched/period_spent"] == 26
 
 
 def test_billed_statuses_under_credits_are_configurable(throttled: ThrottlingSite, healthy: ThrottlingSite,
