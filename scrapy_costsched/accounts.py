@@ -41,7 +41,9 @@ class PeriodAccounts:
 
     *superseded* books are those of terms a later run changed mid-period (``COSTSCHED_BILLING``, the
     period's length): their spend is their own counters', the ledger's row having moved to the new terms.
-    *carried* is what of the ledger's spend such a change carried over from them.
+    *carried* is what of the ledger's spend such a change carried over from them. *shadow_spent* is what
+    its runs without a budget spent (all of it for a shadow period; part of it when a budget was set later
+    in the period, which then starts from what they left).
     """
 
     period: int
@@ -53,10 +55,12 @@ class PeriodAccounts:
     counters: dict[str, dict[str, defaultdict[str, float]]] = field(default_factory=dict)
     superseded: bool = False
     carried: float = 0.0
+    shadow_spent: float = 0.0
 
     def absorb(self, other: PeriodAccounts) -> None:
         """Add *other*'s runs and counters (books of the same period and terms) to these."""
         self.runs += other.runs
+        self.shadow_spent += other.shadow_spent
         for host, page_type, counters in other.rows():
             group = self.group(host, page_type)
             for name, value in counters.items():
@@ -77,7 +81,7 @@ class PeriodAccounts:
     def to_json(self) -> dict[str, Any]:
         return {"period": self.period, "period_seconds": self.period_seconds, "budget": self.budget,
                 "unit": self.unit, "shadow": self.shadow, "runs": self.runs, "superseded": self.superseded,
-                "carried": self.carried,
+                "carried": self.carried, "shadow_spent": self.shadow_spent,
                 "counters": {host: {page_type: dict(sorted(counters.items()))
                                     for page_type, counters in types.items()}
                              for host, types in self.counters.items()}}
@@ -95,7 +99,7 @@ class PeriodAccounts:
             return cls(int(data["period"]), float(data["period_seconds"]),
                        None if budget is None else float(budget), str(data["unit"]), bool(data["shadow"]),
                        int(data["runs"]), counters, bool(data.get("superseded", False)),
-                       float(data.get("carried", 0.0)))
+                       float(data.get("carried", 0.0)), float(data.get("shadow_spent", 0.0)))
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed period accounts: {exc!r}") from None
 
@@ -153,6 +157,8 @@ class Accounts:
     def charged(self, key: str | None, host: str, cost: float) -> None:
         """An attempt reached the network: the page's until its visit is observed (a page's type may be
         learned from its first visit's items), or *host*'s requests that belong to no page."""
+        if self.current.shadow:
+            self.current.shadow_spent += cost
         if key is None:
             self._charge(self.current.group(host, NO_PAGE), cost, 1)
             return

@@ -288,6 +288,12 @@ def test_a_budget_set_after_a_shadow_run_in_the_same_period_says_nothing_is_left
     assert ("start URL " + crawls.site.url + "/page/1 not visited in this run: nothing was left of the period's "
             "budget when the run started") in budgeted.log
     assert "ranks below" not in budgeted.log
+    # The report says the period's spend was the shadow run's, not an overspent budget.
+    period = json.loads(crawls.report("--json"))["periods"][0]
+    assert (period["budget"], period["spent"], period["shadow_spent"], period["shadow"]) == (3, spent, spent, False)
+    assert f"{spent:g} ({spent:g} in shadow runs)" in crawls.report()
+    crawls.report("--html", str(crawls.tmp / "report.html"))
+    assert f"{spent:g} in shadow runs</span>" in (crawls.tmp / "report.html").read_text(encoding="utf-8")
     assert crawls.run("COSTSCHED_BUDGET=3", paths=paths, day=2.2).hits  # the next period's budget is whole
 
 

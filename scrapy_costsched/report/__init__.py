@@ -103,7 +103,7 @@ class PeriodRow:
     """One budget period: its budget (``None`` in shadow mode), its runs' spend and what it bought.
 
     *spent* is the ledger's less what a change of billing unit or period length *carried* into it (the books'
-    own when a later change of terms superseded them).
+    own when a later change of terms superseded them); *shadow_spent* is what of it runs without a budget spent.
     """
 
     period: int
@@ -112,6 +112,7 @@ class PeriodRow:
     budget: float | None
     spent: float
     carried: float
+    shadow_spent: float
     shadow: bool
     runs: int
     figures: Figures
@@ -269,7 +270,8 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
         rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.period_seconds,
                               accounts.budget,
                               Ledger.stored_spend(store, accounts.period) - accounts.carried if whole else figures.spent,
-                              accounts.carried if host_filter is None else 0.0, accounts.shadow, accounts.runs,
+                              accounts.carried if host_filter is None else 0.0,
+                              accounts.shadow_spent if host_filter is None else 0.0, accounts.shadow, accounts.runs,
                               figures))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]

@@ -195,6 +195,11 @@ def _spend_chart(report: Report) -> str | None:
             if xs:
                 axes.bar(xs, spent, width=0.7, color=SHADOW if shadow else SPENT, hatch="//" if shadow else None,
                          edgecolor="white", label="spent, shadow period (no budget)" if shadow else "spent")
+        # A budget set mid-period starts from what the period's shadow runs left: their part of the bar.
+        before = [(i, p.shadow_spent) for i, p in enumerate(periods) if not p.shadow and p.shadow_spent]
+        if before:
+            axes.bar([i for i, _ in before], [s for _, s in before], width=0.7, color=SHADOW, hatch="//",
+                     edgecolor="white", label="of which shadow runs")
         budgeted = [(i, p.budget) for i, p in enumerate(periods) if p.budget is not None]
         if budgeted:
             axes.hlines([b for _, b in budgeted], [i - 0.45 for i, _ in budgeted], [i + 0.45 for i, _ in budgeted],
