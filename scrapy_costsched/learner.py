@@ -99,11 +99,14 @@ class Learner:
         """What a full answer says of its host's ETags and 304s (:mod:`~.model.validators`)."""
         host = self.hosts.of(page.host)
         if page.etag is not None and visit.etag is not None:
+            believed = not host.etag.probation
             verdict = audit_etag(host.etag, page.etag, visit.etag, changed)
             self.stats.inc_value(f"costsched/etag/{verdict}")
-            if verdict == CONTRADICTS:
+            if verdict == CONTRADICTS and believed:
+                # Said when trust ends: a host whose ETag never moves contradicts at every changed page.
                 logger.warning("costsched: %s sent the same ETag for a changed record (%s): its ETags are not "
-                               "trusted for a while", page.host, page.url)
+                               "trusted for a while (costsched/etag/contradicts counts each such answer)",
+                               page.host, page.url)
         if visit.canary:
             self.stats.inc_value(f"costsched/not_modified/{host.answers.verified_by(False, visit.time / DAY)}")
         elif visit.validators_sent:

@@ -1,19 +1,22 @@
-"""The end-of-run prior refit: which pages it samples, and what it writes back."""
+"""The end-of-run prior refit (which pages it samples, and what it writes back), and what the learner says."""
 
 from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.learner import Learner
 from scrapy_costsched.model import ChangeStats, RateEstimate
 from scrapy_costsched.model.learning import PRIOR_SAMPLE
 from scrapy_costsched.pages import PageState
 from scrapy_costsched.storage import SqliteDictStorage
+from tests.components import Product
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pytest
 
 GROUP = "shop.example|product"
 
@@ -65,3 +68,17 @@ def test_the_refit_samples_the_same_pages_whatever_order_the_keys_come_in(tmp_pa
     assert sorted(key for key, data in other.get_pages(keys) if data["estimate"] != [1.0, 0.5, 2.0]) != sorted(rewritten)
     for store in (forward, backward, other):
         store.close()
+
+
+def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 6)]
+    first = runs()
+    for url in urls:
+        first.visit(url, [Product(url, 1.0)], headers={"ETag": '"v1"'})
+    run = runs()
+    for url in urls:  # every page changed, under the same ETag
+        run.visit(url, [Product(url, 2.0)], headers={"ETag": '"v1"'})
+    assert run.stats["costsched/etag/contradicts"] == len(urls)
+    warned = [r.getMessage() for r in caplog.records if "sent the same ETag" in r.getMessage()]
+    assert warned == [(f"costsched: shop.example sent the same ETag for a changed record ({urls[0]}): its ETags are "
+                       "not trusted for a while (costsched/etag/contradicts counts each such answer)")]
