@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 
 DEFAULT_BILLED = frozenset(range(200, 400))
+#: The optional attribute of a billing model that makes a page's ``costsched_cost`` its price per billed attempt.
+BILLS_EXPLICIT_PRICES = "bills_explicit_prices"
 
 
 @runtime_checkable
@@ -32,6 +34,10 @@ class BillingModel(Protocol):
     the bytes it moved (:mod:`~scrapy_costsched.metering`: request and response,
     headers included, body as transferred, plus ``COSTSCHED_REQUEST_OVERHEAD``; a
     rendered page's times ``COSTSCHED_RENDER_FACTOR``).
+
+    A model may also set ``bills_explicit_prices = True`` (:data:`BILLS_EXPLICIT_PRICES`) when what it
+    bills cannot be seen from the wire, as an API's credits: each attempt it bills is then charged the
+    page's ``costsched_cost`` where the spider gives one.
     """
 
     unit: str
@@ -64,10 +70,11 @@ class CreditsBilling(RequestsBilling):
     APIs also bill a 404 or not a 304). As in the seed article's Web Scraping API
     example, rendering does not change the price, so a visit is planned at one credit;
     an API that prices calls differently is told by the page's ``costsched_cost``, which
-    the tracker charges for each billed answer of that page.
+    is charged for each billed answer of that page.
     """
 
     unit = "credits"
+    bills_explicit_prices = True
 
     def __init__(self, billed: frozenset[int] = DEFAULT_BILLED) -> None:
         self.billed = billed

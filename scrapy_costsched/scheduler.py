@@ -192,7 +192,6 @@ class CostAwareScheduler(BaseScheduler):
         self._cursor = 0
         self._plan_end = 0
         self._planned: dict[str, int] = {}  # planned page -> its place in the ranking
-        self._remaining_at_start = 0.0
         self._discovery_allowance = 0.0
         self._discovery_spent = 0.0
         # Budget held for planned pages only the spider can yield, until it yields them or goes idle.
@@ -287,7 +286,6 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
-        self._remaining_at_start = remaining
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         logger.info("costsched: %s; planned %d of %d ranked known pages, "
@@ -417,7 +415,9 @@ class CostAwareScheduler(BaseScheduler):
 
     def _report_left_out_starts(self) -> None:
         """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
-        why = ("nothing was left of the period's budget when the run started" if self._remaining_at_start <= 0.0
+        ledger = self.tracker.ledger
+        spent_before = ledger.budget is not None and ledger.spent_at_start >= ledger.budget
+        why = ("nothing was left of the period's budget when the run started" if spent_before
                else "it ranks below the pages this run's budget pays for")
         for key, url in self._left_out_starts.items():
             if key not in self._dispatched:

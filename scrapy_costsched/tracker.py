@@ -25,7 +25,7 @@ from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
-from scrapy_costsched.billing import BillingModel, CreditsBilling
+from scrapy_costsched.billing import BILLS_EXPLICIT_PRICES, BillingModel
 from scrapy_costsched.commands import default_state
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
@@ -600,12 +600,15 @@ class Tracker:
                         "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
                         "said once)", meta_key, raw, hint, meta_key)
 
-    def _warn_once(self, what: tuple[str, str], message: str, *args: Any) -> None:
-        """Log a WARNING the first time *what* happens in this run: a spider repeats a mistake on every request
-        or item of a kind, and thousands of identical lines would bury the log (the stats count each one)."""
-        if what not in self._warned:
-            self._warned.add(what)
-            logger.warning(message, *args)
+    def _warn_once(self, what: tuple[str, str], message: str, *args: Any) -> bool:
+        """Log a WARNING the first time *what* happens in this run (``True`` if this was it): a spider repeats a
+        mistake on every request or item of a kind, and thousands of identical lines would bury the log (the
+        stats count each one)."""
+        if what in self._warned:
+            return False
+        self._warned.add(what)
+        logger.warning(message, *args)
+        return True
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
         """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its kind of page.
@@ -788,8 +791,8 @@ class Tracker:
             self.hosts.verification_answered(urlparse_cached(request).hostname or "")
         cost = self.billing.attempt_cost(status, round(billed))
         price = _valid_cost(request.meta.get("costsched_cost"))
-        if price is not None and cost > 0.0 and isinstance(self.billing, CreditsBilling):
-            # What the API bills for this kind of call (a rendered page, a premium proxy) is what the spider says,
+        if price is not None and cost > 0.0 and getattr(self.billing, BILLS_EXPLICIT_PRICES, False):
+            # What an API bills for this kind of call (a rendered page, a premium proxy) is what the spider says,
             # as it was planned: the crawler cannot see it. Requests are counted and bytes measured instead.
             cost = price
         self.ledger.charge(request, cost)
@@ -1114,12 +1117,12 @@ class Tracker:
                 # vanished page, not a change.
                 outcome = "empty"
                 self.stats.inc_value("costsched/extraction_empty")
-                logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
-                self._warn_once(("empty", page.page_type),
-                                "costsched: %s yielded no items this time (it used to); not counted as a change. A "
-                                "selector that stopped matching does this to every page of a kind: such pages are "
-                                "counted in costsched/extraction_empty and listed at DEBUG, this is said once per "
-                                "page type (%r)", page.url, page.page_type)
+                if not self._warn_once(("empty", page.page_type),
+                                       "costsched: %s yielded no items this time (it used to); not counted as a change. "
+                                       "A selector that stopped matching does this to every page of a kind: such pages "
+                                       "are counted in costsched/extraction_empty and listed at DEBUG, this is said "
+                                       "once per page type (%r)", page.url, page.page_type):
+                    logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
             else:
                 previous_fields = page.field_hashes
                 outcome = self.learner.record(page, visit)

@@ -1,6 +1,7 @@
 """A spider for ``scrapy runspider``: every page of the sites given, as a user's default project would crawl them.
 
 ``-a render=1`` marks every page rendered (``costsched_render``), ``-a cost=N`` gives each a ``costsched_cost``.
+:class:`PerCallBilling` is a billing model of a user's own.
 """
 
 from __future__ import annotations
@@ -9,7 +10,16 @@ from typing import Any
 
 import scrapy
 
+from scrapy_costsched.billing import RequestsBilling
 from tests.stats_spider import StatsFileSpider
+
+
+class PerCallBilling(RequestsBilling):
+    """A user's own billing model (``COSTSCHED_BILLING = "tests.health_spider.PerCallBilling"``): an API billing
+    every call, at the page's ``costsched_cost`` where the spider gives one."""
+
+    unit = "calls"
+    bills_explicit_prices = True
 
 
 class HealthSpider(StatsFileSpider):

@@ -258,10 +258,12 @@ def test_under_credits_failures_bill_nothing_and_a_rendered_page_one_credit(
     assert stats["costsched/period_spent"] == answered
 
 
+@pytest.mark.parametrize("billing", ["credits", "tests.health_spider.PerCallBilling"])
 def test_under_credits_a_page_s_costsched_cost_is_what_each_billed_answer_costs(
-        healthy: ThrottlingSite, tmp_path: Path) -> None:
-    # A rendering API billing 5 credits a page: robots.txt (1 credit) and five pages fit a budget of 26.
-    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=credits", "COSTSCHED_BUDGET=26", cost=5)
+        billing: str, healthy: ThrottlingSite, tmp_path: Path) -> None:
+    # A rendering API billing 5 credits a page: robots.txt (1 credit) and five pages fit a budget of 26. A model
+    # of the user's own opts in with bills_explicit_prices.
+    stats = crawl_pages(tmp_path, [healthy], f"COSTSCHED_BILLING={billing}", "COSTSCHED_BUDGET=26", cost=5)
     assert stats["downloader/response_status_count/200"] == 6
     assert stats["costsched/period_spent"] == 26
 
