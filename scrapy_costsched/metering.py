@@ -11,9 +11,9 @@ that representation leaves out.
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_httprepr
 from twisted.web.http import RESPONSES
@@ -44,11 +44,18 @@ def response_size(response: Response) -> int:
 
 
 def compression_gaps(settings: BaseSettings) -> list[str]:
-    """What keeps responses bigger than they need be: HttpCompressionMiddleware off, or the decoders
-    for Brotli and Zstandard missing (Scrapy then offers servers only gzip and deflate)."""
+    """What keeps responses bigger than they need be: HttpCompressionMiddleware off, or Brotli or Zstandard
+    not offered to servers.
+
+    Scrapy's own list of the encodings it offers decides: Scrapy 2.19 depends on both decoders and offers
+    them always, older versions only when ``brotli`` (or ``brotlicffi``) and ``zstandard`` import.
+    """
     if not settings.getbool("COMPRESSION_ENABLED"):
         return ["COMPRESSION_ENABLED is False, so responses come uncompressed"]
-    missing = [name for name, modules in (("brotli", ("brotli", "brotlicffi")), ("zstandard", ("zstandard",)))
-               if not any(find_spec(module) for module in modules)]
-    return [(f"{' and '.join(missing)} not installed (pip install scrapy-costsched[bandwidth]), so servers are "
-             "offered gzip and deflate only")] if missing else []
+    missing = [name for name, encoding in (("Brotli", b"br"), ("Zstandard", b"zstd"))
+               if encoding not in ACCEPTED_ENCODINGS]
+    if not missing:
+        return []
+    offered = ", ".join(encoding.decode("ascii") for encoding in ACCEPTED_ENCODINGS)
+    return [(f"servers are not offered {' and '.join(missing)} (only {offered}): "
+            "pip install scrapy-costsched[bandwidth] installs the decoders Scrapy needs")]
