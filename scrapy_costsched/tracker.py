@@ -801,6 +801,7 @@ class Tracker:
         self.stats.inc_value("costsched/bytes/received", received)
         key = request.meta.get(PAGE_META)
         self.accounts.charged(key if isinstance(key, str) else None, urlparse_cached(request).hostname or "", cost)
+        self._count_bytes(key, billed)
         if key is not None and not request.meta.get(SUBREQUEST_META):
             # No usable answer: a failed visit unless a later attempt (a retry) reaches the spider, also
             # when that retry never goes out (the budget refused it): the page then backs off.
@@ -819,13 +820,19 @@ class Tracker:
             self.stats.inc_value("costsched/bytes/overhead", round(self.config.request_overhead))
         return size + self.config.request_overhead
 
+    def _count_bytes(self, key: Any, billed: float) -> None:
+        """Every attempt's billed bytes, by the type of the page it belongs to (answered or not, retries and
+        sub-requests too), else as ``other`` (robots.txt): under byte billing they add up to what was spent."""
+        page = self.page(key) if isinstance(key, str) else None
+        self.stats.inc_value("costsched/bytes/other" if page is None else f"costsched/bytes/type/{page.page_type}",
+                             round(billed))
+
     def _measured(self, key: str, not_modified: bool, size: float) -> None:
         """A page's answer moved *size* bytes: into its host and page type's mean now, 304s apart, and into the
         page's own with its observation (so a commit between the two does not write the page twice)."""
         page = self.page(key)
         if page is None:
             return
-        self.stats.inc_value(f"costsched/bytes/type/{page.page_type}", round(size))
         self.hosts.add_bytes(page.group, not_modified, size)
         self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pytest
+from scrapy.downloadermiddlewares import httpcompression
 
 from tests.helpers import FAKE_START, ROOT, crawl, read_state, start_site
 from tests.mockserver import ThrottlingSite
@@ -295,12 +296,28 @@ def test_under_bandwidth_a_rendered_page_bills_its_bytes_times_the_render_factor
                                                                abs=PAGES)  # each attempt's bytes rounded
 
 
+def test_under_bandwidth_the_bytes_by_page_type_and_other_add_up_to_what_was_spent(
+        throttled: ThrottlingSite, healthy: ThrottlingSite, tmp_path: Path) -> None:
+    # The throttled host answers 429s: they are billed bytes of its pages as much as the 200s are.
+    stats = crawl_pages(tmp_path, [throttled, healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=10MB",
+                        "COSTSCHED_REQUEST_OVERHEAD=100", POLITE, gives_up=True)
+    assert stats["downloader/response_status_count/429"] >= 1
+    by_type = sum(value for name, value in stats.items() if name.startswith("costsched/bytes/type/"))
+    assert by_type + stats["costsched/bytes/other"] == stats["costsched/spent"] == stats["costsched/period_spent"]
+    # robots.txt of each host, one attempt each
+    assert stats["costsched/bytes/other"] < stats["costsched/spent"] / PAGES
+
+
 def test_byte_billing_warns_when_responses_could_be_smaller(healthy: ThrottlingSite, tmp_path: Path) -> None:
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1MB",
                         "COMPRESSION_ENABLED=False", pages=2)
     assert "billing by the byte, but COMPRESSION_ENABLED is False" in stats["_log"]
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BUDGET=100", pages=2)
     assert "billing by the byte" not in stats["_log"]
+    # With compression on, only encodings Scrapy does not offer are warned about (Scrapy 2.19 offers all four).
+    stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1MB", pages=2)
+    offered = httpcompression.ACCEPTED_ENCODINGS
+    assert ("billing by the byte" in stats["_log"]) == (b"br" not in offered or b"zstd" not in offered)
 
 
 def test_the_plan_holds_no_more_visits_of_a_host_than_its_download_slot_can_make(tmp_path: Path) -> None:
