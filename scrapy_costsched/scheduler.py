@@ -417,12 +417,19 @@ class CostAwareScheduler(BaseScheduler):
         """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
         ledger = self.tracker.ledger
         spent_before = ledger.budget is not None and ledger.spent_at_start >= ledger.budget
-        why = ("nothing was left of the period's budget when the run started" if spent_before
-               else "it ranks below the pages this run's budget pays for")
+        period_start = ledger.basis.period * ledger.basis.period_seconds
         for key, url in self._left_out_starts.items():
-            if key not in self._dispatched:
-                self.stats.inc_value("costsched/skipped/start_url")
-                logger.info("costsched: start URL %s not visited in this run: %s", url, why)
+            if key in self._dispatched:
+                continue
+            self.stats.inc_value("costsched/skipped/start_url")
+            page = self.tracker.page(key)
+            if spent_before:
+                why = "nothing was left of the period's budget when the run started"
+            elif page is not None and page.last_visit is not None and page.last_visit >= period_start:
+                why = "it was visited earlier in this period, and ranks below the pages this run's budget pays for"
+            else:
+                why = "it ranks below the pages this run's budget pays for"
+            logger.info("costsched: start URL %s not visited in this run: %s", url, why)
 
     def _defer(self, key: str) -> None:
         """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""

@@ -122,6 +122,18 @@ def test_a_start_url_left_out_of_a_run_is_logged_and_counted(site: NewsSite, tmp
     assert "INFO" in line
     assert line.endswith(f"start URL {site.url}/ not visited in this run: it ranks below the pages this run's "
                          "budget pays for")
+    # A budget that pays for every page, then a second run in the same period: the front page was just visited.
+    site.set_day(3)
+    full = run_news(site, tmp_path / "crawl", budget=200, tag="day3")
+    assert full.returncode == 0, full.log[-3000:]
+    assert "/" in site.hits
+    site.reset_counts()
+    again = run_news(site, tmp_path / "crawl", budget=200, tag="day3-again")
+    assert again.returncode == 0, again.log[-3000:]
+    assert "/" not in site.hits
+    line = next(line for line in again.log.splitlines() if "not visited in this run" in line)
+    assert line.endswith(f"start URL {site.url}/ not visited in this run: it was visited earlier in this period, "
+                         "and ranks below the pages this run's budget pays for")
 
 
 def test_a_crawl_spiders_planned_pages_come_back_through_its_rules(site: NewsSite, tmp_path: Path) -> None:
