@@ -166,6 +166,16 @@ class Accounts:
         pending.cost += cost
         pending.attempts += 1
 
+    def moved(self, key: str, target: str) -> None:
+        """Page *key* moved to page *target* mid-visit: what its attempts cost is the target's visit's."""
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        into = self._pending.setdefault(target, _VisitCharges())
+        into.cost += pending.cost
+        into.attempts += pending.attempts
+        into.reason = into.reason or pending.reason
+
     def observed(self, key: str, host: str, page_type: str, outcome: str) -> float:
         """Page *key*'s visit ended in *outcome*: booked with what its attempts cost, which is returned."""
         pending = self._pending.pop(key, _VisitCharges())

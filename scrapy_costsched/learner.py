@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import xxhash
 
 from scrapy_costsched.model import RatePrior, estimate_rate
-from scrapy_costsched.model.discovery import NewLinkStats
+from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.trust import CONTRADICTS, audit_date
 from scrapy_costsched.model.validators import audit_etag
@@ -46,10 +46,15 @@ class Learner:
         self.half_life_days = history_half_life / DAY
         self.hash_config = hash_config
         self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
+        self.link_priors = {group: LinkPrior(*value) for group, value in (store.get_meta("link_priors") or {}).items()}
         self.observed_groups: set[str] = set()
 
     def prior_of(self, group: str) -> RatePrior:
         return self.priors.get(group) or RatePrior()
+
+    def link_prior_of(self, group: str) -> LinkPrior:
+        """The prior on a page's new links a day: its group's pooled rate once the group has shown one."""
+        return self.link_priors.get(group) or LinkPrior()
 
     def prior_rate(self, group: str) -> float:
         """The rate planning assumes for a page with no estimate yet: its group prior's median."""
@@ -61,7 +66,9 @@ class Learner:
         record = record_hash(visit.item_hashes if visit.item_hashes else visit.outlinks)
         if page.record is None:
             outcome = "baseline"
-        elif page.hash_config != self.hash_config or page.record_kind != kind:
+        elif page.hash_config != self.hash_config or page.record_kind != kind or visit.redirected != page.redirected:
+            # Not comparable: another hash configuration, or the answer now comes from another URL than the last
+            # one did (a redirect began or ended), whose record and validators are not the page's history.
             outcome = "rebaseline"
         else:
             changed = record != page.record
@@ -129,7 +136,7 @@ class Learner:
             page.links = page.links or NewLinkStats()
             return
         interval_days = max(visit.time - page.last_visit, 0.0) / DAY
-        page.links.observe(visit.new_links, interval_days, self.half_life_days)
+        page.links.observe(visit.new_links, interval_days, self.half_life_days, prior=self.link_prior_of(page.group))
 
     def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
         """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""
@@ -149,7 +156,8 @@ class Learner:
         return age_days
 
     def refit_priors(self, seed: int, groups: Iterable[tuple[str, str]] | None = None) -> int:
-        """Refit each observed group's prior by marginal likelihood on a sample of its pages.
+        """Refit each observed group's prior by marginal likelihood on a sample of its pages, and its prior on
+        new links from the same sample (:func:`~.model.discovery.pooled_prior`).
 
         *groups* are every known page's key and group, if the caller has them (else they
         are read from the store). Reads and writes the store only (the caller
@@ -179,6 +187,9 @@ class Learner:
                     continue  # counted when the crawl read it
                 if page.stats.visits > 0:
                     pages.append((key, page))
+            link_prior = pooled_prior(page.links for _, page in pages if page.links is not None)
+            if link_prior is not None:
+                self.link_priors[group] = link_prior
             prior = refit_prior([page.stats for _, page in pages], start=self.prior_of(group))
             if prior is None:
                 continue
@@ -189,4 +200,6 @@ class Learner:
                 self.store.put_page(key, page.to_json(), page.summary())
         if refitted:
             self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
+        if self.link_priors:
+            self.store.set_meta("link_priors", {name: [p.shape, p.days] for name, p in self.link_priors.items()})
         return refitted

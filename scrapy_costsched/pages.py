@@ -117,6 +117,8 @@ class PageState:
     """The ``ETag`` of the last answer (header form), sent back as ``If-None-Match`` when the host earned it."""
     redirected: bool = False
     """The last answer came from another URL (a redirect), so its validators are not sent to this one."""
+    moved_to: str | None = None
+    """Where the page moved permanently (a 301 or 308 to a page the crawl knows): it is retired like a page gone."""
     full_bytes: MeanBytes | None = None
     """Bytes a full fetch of the page moved (request and response, headers included, body as transferred)."""
     not_modified_bytes: MeanBytes | None = None

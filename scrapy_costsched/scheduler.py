@@ -188,6 +188,7 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and isinstance(inner_filter, BaseDupeFilter):
             fallback.df = PlannedVisitsPass(inner_filter)  # type: ignore[attr-defined]
         self._dispatched: set[str] = set()
+        self._redirected_to: set[str] = set()  # pages fetched in this run as the target of another page's redirect
         self._ranking = _Ranking()
         self._cursor = 0
         self._plan_end = 0
@@ -384,6 +385,12 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and key in self._dispatched:
             self.stats.inc_value("costsched/skipped/duplicate")
             return False
+        if self.budgeted and key in self._redirected_to:
+            # Fetched in this run as a redirect's target; known from now on, so a page that moved here is
+            # retired at its next visit instead of being fetched twice.
+            self.tracker.sighting(request, key)
+            self.stats.inc_value("costsched/skipped/duplicate")
+            return False
         if self.budgeted and key not in self._planned and self.tracker.sighting_changes_nothing(request, key):
             return self._not_planned(request, key)
         page, new = self.tracker.sighting(request, key)
@@ -423,7 +430,9 @@ class CostAwareScheduler(BaseScheduler):
                 continue
             self.stats.inc_value("costsched/skipped/start_url")
             page = self.tracker.page(key)
-            if spent_before:
+            if page is not None and page.moved_to is not None:
+                why = f"it moved permanently to {page.moved_to}, which is visited as a page of its own"
+            elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif page is not None and page.last_visit is not None and page.last_visit >= period_start:
                 why = "it was visited earlier in this period, and ranks below the pages this run's budget pays for"
@@ -441,7 +450,22 @@ class CostAwareScheduler(BaseScheduler):
         self._plan_end = end
 
     def _enqueue_attempt(self, request: Request) -> bool:
-        """Retries, redirects and chained sub-requests of a visit already under way."""
+        """Retries, redirects and chained sub-requests of a visit already under way.
+
+        A permanent redirect to a page the crawl knows makes the visit that page's (:meth:`Tracker.moved`);
+        a page goes out once per run, by its own URL or as a redirect's target, as Scrapy's duplicate filter
+        lets a URL out once.
+        """
+        if "redirect_urls" in request.meta and not request.meta.get(SUBREQUEST_META):
+            target = self.tracker.fingerprint(request)
+            if self.tracker.moved(request.meta[PAGE_META], request, target):
+                request.meta[PAGE_META] = target
+                if self.budgeted and target in self._dispatched:
+                    self.stats.inc_value("costsched/skipped/duplicate")
+                    return False
+                self._dispatched.add(target)
+            else:
+                self._redirected_to.add(target)
         if not self.budgeted:
             return self.fallback.enqueue_request(request)
         cost = self.tracker.planned_cost(request.meta)

@@ -78,6 +78,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["DAY", "Tracker"]
 
 _TRACKER_ATTR = "_costsched_tracker"
+#: Redirects that say the page now lives at the new URL (RFC 9110, sections 15.4.2 and 15.4.9).
+PERMANENT_REDIRECTS = frozenset({301, 308})
 #: 404/410 answers in a row before a page is retired.
 GONE_AFTER = 3
 #: A retired page is checked again after this many budget periods.
@@ -139,7 +141,7 @@ class Tracker:
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
-        self._warned: set[tuple[str, str]] = set()  # what _warn_once said in this run
+        self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
@@ -348,6 +350,7 @@ class Tracker:
                 self._record_bytes(key, page)
                 self.pages.changed(key, page)
         self._unrecorded_bytes.clear()
+        self._warn_volatile()
         self.accounts.close(self._group_of)
         unsent = self.ledger.release_all()
         if unsent:
@@ -380,7 +383,7 @@ class Tracker:
         period_end = (self.ledger.period + 1) * self.config.budget_period
         spent = self.ledger.spent_this_run
         changed = get("costsched/changed", 0)
-        ignored = get("costsched/ignored", 0)  # failed visits too, but never sent: say why
+        ignored = get("costsched/ignored", 0)  # failed visits too, but never sent: apart, and why
         cached = get("costsched/cached", 0)  # answers the spider parsed that are not visits: say why
         logger.info(
             "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s), "
@@ -388,8 +391,9 @@ class Tracker:
             reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
-            self._not_modified_observed(), get("costsched/failed", 0),
-            f" ({ignored} refused before download by robots.txt or offsite rules)" if ignored else "",
+            self._not_modified_observed(), get("costsched/failed", 0) - ignored,
+            f"; {ignored} more refused before download (robots.txt, offsite rules or a downloader middleware)"
+            if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             self.ledger.left(),
@@ -596,18 +600,18 @@ class Tracker:
     def _invalid(self, meta_key: str, raw: Any, hint: str) -> None:
         """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run."""
         self.stats.inc_value(f"costsched/invalid/{meta_key}")
-        self._warn_once((meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__),
+        self._log_once((meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__),
                         "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
                         "said once)", meta_key, raw, hint, meta_key)
 
-    def _warn_once(self, what: tuple[str, str], message: str, *args: Any) -> bool:
-        """Log a WARNING the first time *what* happens in this run (``True`` if this was it): a spider repeats a
-        mistake on every request or item of a kind, and thousands of identical lines would bury the log (the
-        stats count each one)."""
-        if what in self._warned:
+    def _log_once(self, what: tuple[str, str], message: str, *args: Any, level: int = logging.WARNING) -> bool:
+        """Log the first time *what* happens in this run (``True`` if this was it): a spider repeats a mistake
+        on every request or item of a kind, and thousands of identical lines would bury the log (the stats
+        count each one)."""
+        if what in self._said:
             return False
-        self._warned.add(what)
-        logger.warning(message, *args)
+        self._said.add(what)
+        logger.log(level, message, *args)
         return True
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
@@ -713,7 +717,7 @@ class Tracker:
             self.stats.inc_value("costsched/invalid/link_stats")
             return None
         host = row.group.partition("|")[0]
-        return Discovery(links.rate(), self.resolve_value(self.config.default_value),
+        return Discovery(links.rate(self.learner.link_prior_of(row.group)), self.resolve_value(self.config.default_value),
                          self._prior_cost(), self.prior_rate(group_of(host, "default")), links.cap)
 
     # -- the ledger's signals ----------------------------------------------
@@ -1008,7 +1012,7 @@ class Tracker:
             return self.hasher.item_hash(item)
         except UnhashableItem as exc:
             self.stats.inc_value("costsched/items/unhashable")
-            self._warn_once(("unhashable", f"{exc.item_type}.{exc.field}"),
+            self._log_once(("unhashable", f"{exc.item_type}.{exc.field}"),
                             "costsched: %s; the item passes through but is left out of its page's record (each such "
                             "item is counted in costsched/items/unhashable, this is said once per field)", exc)
             return None
@@ -1110,7 +1114,7 @@ class Tracker:
             outcome = "failed"
         else:
             page.consecutive_failures = page.gone_strikes = 0
-            page.gone, page.not_before = False, None
+            page.gone, page.not_before, page.moved_to = False, None, None
             if visit.not_modified:
                 outcome = "not_modified"
                 self.learner.not_modified(page, visit)
@@ -1124,7 +1128,7 @@ class Tracker:
                 # vanished page, not a change.
                 outcome = "empty"
                 self.stats.inc_value("costsched/extraction_empty")
-                if not self._warn_once(("empty", page.page_type),
+                if not self._log_once(("empty", page.page_type),
                                        "costsched: %s yielded no items this time (it used to); not counted as a change. "
                                        "A selector that stopped matching does this to every page of a kind: such pages "
                                        "are counted in costsched/extraction_empty and listed at DEBUG, this is said "
@@ -1146,13 +1150,19 @@ class Tracker:
             self.commit()
 
     def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None) -> None:
-        """Warn once per run about an item field that changes on nearly every visit of a page type."""
+        """Compare the item's fields with the last visit's, for the volatile-field verdict (:meth:`_warn_volatile`)."""
         current = visit.field_hashes
         if current is None:  # no item, or several: fields cannot be paired across visits
             page.field_hashes = None
             return
-        for name in self.volatile.observe(page.page_type, key, previous, current):
-            volatile, counted = self.volatile.counts(page.page_type, name)
+        self.volatile.observe(page.page_type, key, previous, current)
+        page.field_hashes = current if self.volatile.sampled(page.page_type, key) else None
+
+    def _warn_volatile(self) -> None:
+        """Warn, once per run and at its end, about each item field that changes on nearly every visit of most
+        pages of a type (:mod:`~.volatility`)."""
+        for page_type, name in self.volatile.report():
+            volatile, counted = self.volatile.counts(page_type, name)
             # The field's history cannot tell a timestamp from content that changes at every visit (under a
             # budget the pages revisited are those that change most): the user can, so both readings are given.
             logger.warning(
@@ -1160,9 +1170,8 @@ class Tracker:
                 "compared at least %d times). If it is a timestamp or a token, every visit counts as a change and "
                 "the change rates are overestimated: leave it out of the record with COSTSCHED_IGNORE_FIELDS = "
                 "[%r] (or list the fields that matter in COSTSCHED_HASH_FIELDS). If it is content that really "
-                "changes that often, keep it.", name, page.page_type, volatile, counted, MIN_COMPARISONS, name)
+                "changes that often, keep it.", name, page_type, volatile, counted, MIN_COMPARISONS, name)
             self.stats.inc_value("costsched/items/volatile_fields")
-        page.field_hashes = current if self.volatile.sampled(page.page_type, key) else None
 
     def _failed(self, page: PageState, when: float) -> None:
         """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row."""
@@ -1171,6 +1180,31 @@ class Tracker:
         periods = min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS)
         page.not_before = when + periods * self.config.budget_period
         self.stats.inc_value("costsched/failed")
+
+    def moved(self, key: str, request: Request, target: str) -> bool:
+        """Whether page *key* moved: it answered with a permanent redirect (301 or 308) to *request*, page
+        *target*, which the crawl knows (the site links to it). Then *key* is retired as a page gone
+        (re-checked as rarely) and what its visit cost so far is the target's. Any other redirect is not a
+        move: a target reached only through the old URL (a start URL moved to https) is visited through it."""
+        reasons = request.meta.get("redirect_reasons") or ()
+        if not reasons or any(reason not in PERMANENT_REDIRECTS for reason in reasons):
+            return False
+        page = self.page(key)
+        if target == key or page is None or not self.pages.known(target):
+            return False
+        page.gone, page.moved_to = True, request.url
+        page.not_before = self.now() + GONE_RECHECK_PERIODS * self.config.budget_period
+        self.pages.changed(key, page)
+        self.accounts.moved(key, target)
+        if key in self._unrecorded_bytes:
+            self._unrecorded_bytes.setdefault(target, []).extend(self._unrecorded_bytes.pop(key))
+        self.stats.inc_value("costsched/moved")
+        if not self._log_once(("moved", ""), "costsched: %s moved permanently to %s, a page the crawl knows: the old "
+                              "URL is retired (re-checked every %d periods) and its visit counts for the new one "
+                              "(such moves are counted in costsched/moved and listed at DEBUG)",
+                              page.url, request.url, GONE_RECHECK_PERIODS, level=logging.INFO):
+            logger.debug("costsched: %s moved permanently to %s", page.url, request.url)
+        return True
 
     def _gone(self, key: str, page: PageState, when: float) -> None:
         """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure."""

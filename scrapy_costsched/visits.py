@@ -60,9 +60,9 @@ class Visit:
     validators_sent: dict[str, str] | None = None
     """The conditional headers ConditionalRequestMiddleware sent (name to value), answered in full."""
     canary: bool = False
+    """Those headers were a verification's canary, which no honest host answers with a 304."""
     redirected: bool = False
     """The answer came from another URL than the page's (a redirect): its validators are not the page's."""
-    """Those headers were a verification's canary, which no honest host answers with a 304."""
     not_modified: bool = False
     """The visit was answered 304: unchanged since the last one, nothing to compare."""
 

@@ -22,14 +22,18 @@ the pages of a type with a volatile field look changed every time, so they are
 revisited soon. The window lets a page's verdict follow a spider that starts
 (or stops) putting a timestamp in a field.
 
->>> fields, reported = VolatileFields(), []
+The verdict is read at the end of a run (:meth:`VolatileFields.report`), over every page the sample
+has: read mid-run, it would rest on the pages that happened to come first, which under a budget are
+those that change most.
+
+>>> fields = VolatileFields()
 >>> for visit in range(3):
 ...     for page in range(MIN_PAGES):
 ...         before = {"price": "9.99", "scraped_at": f"day {visit - 1}"} if visit else None
 ...         after = {"price": "9.99", "scraped_at": f"day {visit}"}
-...         reported += fields.observe("Product", f"page {page}", before, after)
->>> reported
-['scraped_at']
+...         fields.observe("Product", f"page {page}", before, after)
+>>> fields.report()
+[('Product', 'scraped_at')]
 >>> fields.volatile("Product")
 ['scraped_at']
 """
@@ -65,18 +69,15 @@ class VolatileFields:
         self._history: dict[str, dict[str, dict[str, str]]] = {}
         #: page type -> field -> [pages that count, of those the volatile ones]; derived from ``_history``.
         self._tally: dict[str, dict[str, list[int]]] = {}
-        #: page type -> fields already returned by :meth:`observe`, in this run.
+        #: page type -> fields the records of this run had, and those :meth:`report` returned.
+        self._seen: dict[str, set[str]] = {}
         self._reported: dict[str, set[str]] = {}
         #: Whether the sample or its comparisons changed since :meth:`to_state` was last asked.
         self.unsaved = False
 
     def observe(self, page_type: str, page_key: str, previous: dict[str, str] | None,
-                current: dict[str, str]) -> list[str]:
-        """Compare a page's field hashes with its last visit's; the fields that became volatile just now.
-
-        A field is returned once per instance (once per run), and only while the item still has it,
-        so a field the user has since left out of the hash is not reported again.
-        """
+                current: dict[str, str]) -> None:
+        """Compare a page's field hashes with its last visit's."""
         pages = self._history.setdefault(page_type, {})
         fields = pages.get(page_key)
         if fields is None and len(pages) < MAX_PAGES:
@@ -84,9 +85,18 @@ class VolatileFields:
             self.unsaved = True
         if fields is not None and previous is not None:
             self._compare(page_type, fields, previous, current)
-        reported = self._reported.setdefault(page_type, set())
-        fresh = sorted(name for name in current if name not in reported and self._is_volatile(page_type, name))
-        reported.update(fresh)
+        self._seen.setdefault(page_type, set()).update(current)
+
+    def report(self) -> list[tuple[str, str]]:
+        """The (page type, field) pairs volatile now and not reported before by this instance (this run), among
+        the fields this run's records had: a field the user has since left out of the hash is not reported."""
+        fresh = []
+        for page_type, names in sorted(self._seen.items()):
+            reported = self._reported.setdefault(page_type, set())
+            for name in sorted(names - reported):
+                if self._is_volatile(page_type, name):
+                    reported.add(name)
+                    fresh.append((page_type, name))
         return fresh
 
     def sampled(self, page_type: str, page_key: str) -> bool:

@@ -49,7 +49,7 @@ SECTION_NAMES = ("World", "Business", "Science", "Sport", "Culture", "Travel", "
 UPDATE_RATES = ((0.7, 1 / 120, 1 / 20), (0.2, 1 / 7, 1 / 2), (0.1, 1.0, 3.0))
 _WORDS = ("market", "council", "river", "storm", "league", "museum", "vaccine", "rocket", "harbour", "budget",
           "festival", "court", "election", "glacier", "startup", "orchestra", "bridge", "drought", "treaty", "robot")
-_ROUTE = re.compile(r"/(section|article|moved|private)/(\d+)")
+_ROUTE = re.compile(r"/(section|article|moved|private|story)/(\d+)")
 
 
 def _section_name(s: int) -> str:
@@ -118,6 +118,8 @@ class NewsSite:
     * ``/sitemap.xml`` (with *sitemap*, which also names it in ``/robots.txt``): every article that
       answers 200, with its ``lastmod``.
     * ``/moved/<id>``: 301 to ``/article/<id>``. ``/private/<n>``: disallowed by ``/robots.txt``.
+    * ``/story/<id>``: article *id* once it has moved (from the time *moves* gives for it on): its section
+      then links there, and ``/article/<id>`` answers 301 to it.
     * ``/offsite``: a page, linked from the front page on the other host name.
 
     Article and section pages send ``Last-Modified`` and honour ``If-Modified-Since``; ``Date`` is the
@@ -144,6 +146,7 @@ class NewsSite:
         broken: int | None = None,
         sitemap: bool = False,
         start: float = EPOCH0,
+        moves: dict[int, float] | None = None,
     ) -> None:
         rates = list(section_rates) if section_rates is not None else [
             6.0 if s % 4 == 3 else 2.0 for s in range(sections)]
@@ -160,6 +163,7 @@ class NewsSite:
         self.flaky_gone = frozenset(flaky_gone)
         self.broken = broken
         self.sitemap = sitemap
+        self.moves = dict(moves or {})
         self.articles = self._generate(start - backlog_days * DAY)
         self._by_section = [[a for a in self.articles if a.section == s] for s in range(sections)]
         self._published = [[a.published for a in listing] for listing in self._by_section]
@@ -227,6 +231,11 @@ class NewsSite:
         day = math.floor((t - self.start) / DAY)
         return aid in self.flaky_gone and _hash_int(self.seed, "gone", aid, day) % 2 == 1
 
+    def path_at(self, article: Article, t: float) -> str:
+        """Where *article* lives at *t*: ``/story/<id>`` once it has moved."""
+        moved = self.moves.get(article.id)
+        return f"/story/{article.id}" if moved is not None and moved <= t else article.path
+
     def title(self, article: Article) -> str:
         rng = random.Random(f"news/{self.seed}/title/{article.id}")
         words = rng.sample(_WORDS, 3)
@@ -242,7 +251,7 @@ class NewsSite:
         a = self.article(aid)
         if a.published > t or aid == self.broken or self.gone_at(aid, t):
             return None
-        return {"url": self.url + a.path, "id": aid, "section": a.section, "title": self.title(a),
+        return {"url": self.url + self.path_at(a, t), "id": aid, "section": a.section, "title": self.title(a),
                 "updated": _iso(a.updated_at(t)), "body": self.body(a, a.version_at(t))}
 
     def is_fresh(self, item: dict[str, Any], t: float) -> bool:
@@ -257,7 +266,8 @@ class NewsSite:
             sitemap = f"Sitemap: {self.url}/sitemap.xml\n" if self.sitemap else ""
             return _Page(200, ROBOTS_TXT + sitemap, "text/plain; charset=utf-8")
         if path == "/sitemap.xml" and self.sitemap:
-            rows = "".join(f"<url><loc>{self.url}{a.path}</loc><lastmod>{_iso(a.updated_at(t))}</lastmod></url>"
+            rows = "".join(f"<url><loc>{self.url}{self.path_at(a, t)}</loc>"
+                           f"<lastmod>{_iso(a.updated_at(t))}</lastmod></url>"
                            for a in self.articles_at(t) if a.id != self.broken and not self.gone_at(a.id, t))
             return _Page(200, '<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns='
                          f'"http://www.sitemaps.org/schemas/sitemap/0.9">{rows}</urlset>', "application/xml")
@@ -277,10 +287,12 @@ class NewsSite:
             return self._section(number, t)
         if kind == "private":
             return _Page(200, _article_html(0, number, "Staff only", _iso(self.start), "Not for robots."))
-        if kind in ("article", "moved") and 1 <= number <= len(self.articles):
+        if kind in ("article", "moved", "story") and 1 <= number <= len(self.articles):
             a = self.article(number)
-            if kind == "moved":
-                return _Page(301, location=a.path)
+            if kind == "moved" or (kind == "article" and self.path_at(a, t) != a.path):
+                return _Page(301, location=self.path_at(a, t))
+            if kind == "story" and self.path_at(a, t) == a.path:
+                return _Page(404, _html("Not found", "<h1>Not found</h1>"))
             if number == self.broken:
                 return _Page(500, _html("Error", "<h1>Server error</h1>"))
             if a.published <= t and not self.gone_at(number, t):
@@ -292,7 +304,7 @@ class NewsSite:
     def _section(self, s: int, t: float) -> _Page:
         listing = self.listing_at(s, t)
         updated = listing[0].published if listing else self.start
-        rows = "\n".join(f'<li><a class="article" href="{a.path}">  {html.escape(self.title(a))}  </a></li>'
+        rows = "\n".join(f'<li><a class="article" href="{self.path_at(a, t)}">  {html.escape(self.title(a))}  </a></li>'
                          for a in listing)
         private = ""
         if s in self.private_sections:

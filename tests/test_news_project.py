@@ -269,3 +269,37 @@ def test_a_crawl_outside_the_project_without_a_state_path_asks_for_one(site: New
                             env=env, capture_output=True, text=True, timeout=120, check=False)
     assert report.returncode != 0
     assert "error: COSTSCHED_STATE is not set, and outside the project's directory" in report.stderr
+
+
+def test_a_page_that_moved_permanently_is_retired_and_fetched_once_a_run_at_its_new_url(tmp_path: Path) -> None:
+    """An article moves to ``/story/<id>`` (301 from its old URL, its section links the new one): the old URL
+    is retired once the crawl knows the new one, each run fetches the article once, and the move neither
+    counts as a change nor costs the host its Last-Modified trust."""
+    with NewsSite(tmp_path / "clock", sections=3) as probe:
+        article = probe.listing_at(0, probe.day(0))[0]  # the newest of section 0: listed for days to come
+    with NewsSite(tmp_path / "clock", sections=3, moves={article.id: probe.day(1) - 3600.0}) as site:
+        old, new = article.path, f"/story/{article.id}"
+        runs = []
+        for day in range(5):
+            site.set_day(day)
+            site.reset_counts()
+            result = run_news(site, tmp_path / "crawl", budget=None if day == 0 else 200, tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            runs.append((dict(site.hits), result))
+        moved = [result.stats.get("costsched/moved", 0) for _, result in runs]
+        assert sum(moved) == 1
+        moved_on = moved.index(1)
+        for day, (hits, result) in enumerate(runs):
+            if day > moved_on:
+                assert old not in hits  # retired
+            assert hits.get(new, 0) <= 1  # the redirect and a link to the new URL: one fetch a run
+            assert [item["id"] for item in result.items].count(article.id) <= 1
+            assert result.stats.get("costsched/hosts/127.0.0.1/last_modified") != "lies"
+        assert runs[-1][0].get(new) == 1 or runs[-2][0].get(new) == 1  # visited at its new URL
+        line = next(line for line in runs[moved_on][1].log.splitlines() if "moved permanently" in line)
+        assert f"{site.url}{old} moved permanently to {site.url}{new}, a page the crawl knows" in line
+        stored = {page["url"]: page for page in read_state(tmp_path / "crawl" / "state.sqlite")["pages"].values()}
+        assert stored[site.url + old]["moved_to"] == site.url + new
+        assert stored[site.url + old]["gone"]
+        assert stored[site.url + old]["changes"] == 0  # the move was no change of the article
+        assert not stored[site.url + new]["gone"]

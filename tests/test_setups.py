@@ -91,7 +91,8 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     first = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2")
     assert first.stats["robotstxt/forbidden"] == 1
     assert first.stats["costsched/ignored"] == 1
-    assert "1 failed (1 refused before download by robots.txt or offsite rules)" in first.log
+    assert ("0 failed; 1 more refused before download (robots.txt, offsite rules or a downloader middleware)"
+            in first.log)
     assert "/private/2" not in first.hits
     assert first.stats["costsched/spent"] == first.stats["downloader/request_count"] == 2  # robots.txt, page/1
     assert "costsched/unsent_at_close" not in first.stats  # no reservation was left behind

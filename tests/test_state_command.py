@@ -18,6 +18,7 @@ from scrapy_costsched.commands.state import EXPORT_FORMAT
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.model import p_changed
 from scrapy_costsched.model.scoring import Candidate, score
+from scrapy_costsched.pages import PageState
 from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage
 from tests.helpers import PROJECT, ROOT, read_state
 from tests.newssite import NEWS_PROJECT, NewsSite, run_news
@@ -123,6 +124,33 @@ def test_show_finds_a_page_by_its_stored_url(history: tuple[NewsSite, Path]) -> 
                                        f"REQUEST_FINGERPRINTER_CLASS={__name__}.PathFingerprinter").stdout)
     assert (shown["fingerprint"], shown["url"], shown["visits"]) == (key, record["url"], record["visits"])
     assert shown["new_pages_per_day"] > 0  # a section reveals new articles
+
+
+def test_show_lists_the_pages_stored_with_one_url_and_shows_each_by_fingerprint(
+        history: tuple[NewsSite, Path], tmp_path: Path) -> None:
+    """A search form's result pages are POSTs to one URL that differ by body: each is a page of its own."""
+    site, state = history
+    copy = tmp_path / "state.sqlite"
+    shutil.copyfile(state, copy)
+    url = f"{site.url}/search"
+    store = SqliteDictStorage(copy)
+    store.open()
+    try:
+        section = next(record for record in read_state(copy)["pages"].values() if "/section/" in record["url"])
+        for page in (1, 2):
+            body = f"q=storm&page={page}"
+            template = {**section["template"], "url": url, "method": "POST", "body": body}
+            record = PageState.from_json({**section, "url": url, "template": template})
+            store.put_page(hashlib.sha1(body.encode()).hexdigest(), record.to_json(), record.summary())
+    finally:
+        store.close()
+    first, second = (hashlib.sha1(f"q=storm&page={page}".encode()).hexdigest() for page in (1, 2))
+    error = one_line_error(costsched_state(site, "show", url, "--state", str(copy), ok=False))
+    assert error == (f"2 pages are stored with the URL {url} (requests that differ in method or body): show one by "
+                     f"its fingerprint: {first} (POST 'q=storm&page=1'); {second} (POST 'q=storm&page=2')")
+    text = costsched_state(site, "show", second, "--state", str(copy)).stdout
+    assert re.search(rf"^fingerprint +{second}$", text, re.MULTILINE)
+    assert re.search(r"^template +POST callback=parse_section .* body='q=storm&page=2'$", text, re.MULTILINE)
 
 
 def test_show_refuses_a_url_that_is_not_in_the_state(history: tuple[NewsSite, Path]) -> None:

@@ -42,16 +42,18 @@ def product(page: int, visit: int, price: float = 9.99) -> dict[str, Any]:
 
 def crawl(fields: VolatileFields, hasher: RecordHasher, pages: int, visits: int,
           price_changes: tuple[int, ...] = ()) -> list[str]:
-    """Visit each page *visits* times in turn; pages in *price_changes* get a new price each visit."""
-    reported: list[str] = []
+    """Visit each page *visits* times in turn (pages in *price_changes* get a new price each visit); the fields
+    reported at the end."""
     last: dict[int, dict[str, str]] = {}
     for visit in range(visits):
         for page in range(pages):
             price = 9.99 + visit if page in price_changes else 9.99
             current = hasher.field_hashes(product(page, visit, price))
-            reported += fields.observe("Product", f"page {page}", last.get(page), current)
+            fields.observe("Product", f"page {page}", last.get(page), current)
             last[page] = current
-    return reported
+    reported = fields.report()
+    assert all(page_type == "Product" for page_type, _ in reported)
+    return [name for _, name in reported]
 
 
 def test_a_timestamp_is_flagged_once_by_name() -> None:
@@ -78,6 +80,21 @@ def test_an_ignored_field_is_never_hashed_nor_flagged() -> None:
         assert fields.volatile("Product") == []
 
 
+def test_a_field_that_changes_on_a_third_of_the_pages_is_not_flagged_when_those_come_first() -> None:
+    """The verdict is read at the end of the run: read after the first pages, the changing ones, it would
+    name a field that changes on a third of the pages."""
+    fields = VolatileFields()
+    changing = range(MIN_PAGES + 1)
+    for visit in range(3):
+        for page in range(3 * len(changing)):
+            previous = {"comments": str(visit - 1 if page in changing else 0)} if visit else None
+            fields.observe("Recipe", str(page), previous, {"comments": str(visit if page in changing else 0)})
+            if visit == 2 and page == len(changing) - 1:
+                assert fields.volatile("Recipe") == ["comments"]  # what a verdict in mid-run would have said
+    assert fields.report() == []
+    assert fields.counts("Recipe", "comments") == (len(changing), 3 * len(changing))
+
+
 def test_fewer_than_min_pages_give_no_verdict() -> None:
     fields = VolatileFields()
     assert crawl(fields, HASHER, pages=MIN_PAGES - 1, visits=2 * WINDOW) == []
@@ -94,12 +111,16 @@ def test_the_verdict_survives_the_state_and_is_reported_once_per_run() -> None:
     assert restored.volatile("Product") == ["scraped_at"]
     assert restored.to_state() == state
     current = HASHER.field_hashes(product(0, 3))
-    assert restored.observe("Product", "page 0", HASHER.field_hashes(product(0, 2)), current) == ["scraped_at"]
-    assert restored.observe("Product", "page 1", HASHER.field_hashes(product(1, 2)), current) == []
+    assert restored.report() == []  # no record of this run has the field yet
+    restored.observe("Product", "page 0", HASHER.field_hashes(product(0, 2)), current)
+    assert restored.report() == [("Product", "scraped_at")]
+    restored.observe("Product", "page 1", HASHER.field_hashes(product(1, 2)), current)
+    assert restored.report() == []
     # Left out of the hash since: the stored verdict names it, but it is not reported again.
     ignoring = RecordHasher({}, {"*": ("scraped_at",)}, {})
     after = VolatileFields.from_state(state)
-    assert after.observe("Product", "page 0", None, ignoring.field_hashes(product(0, 3))) == []
+    after.observe("Product", "page 0", None, ignoring.field_hashes(product(0, 3)))
+    assert after.report() == []
 
 
 def test_the_sample_is_saved_again_only_after_it_changed() -> None:
@@ -132,7 +153,8 @@ def test_a_field_is_compared_only_when_both_visits_have_it() -> None:
         for visit in range(3):
             previous = {"name": "a"} if visit else None
             current = {"name": "a", "scraped_at": str(visit)} if visit == 2 else {"name": "a"}
-            assert fields.observe("Product", str(page), previous, current) == []
+            fields.observe("Product", str(page), previous, current)
+    assert fields.report() == []
     assert set(fields.to_state()["Product"]["0"]) == {"name"}
 
 

@@ -9,6 +9,7 @@ or empty state: the backup, and the way from one store backend to another.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 EXPORT_FORMAT = "scrapy-costsched-export"
 #: Pages read from the store at a time while exporting them in fingerprint order.
 EXPORT_CHUNK = 500
+#: Characters of a stored request body ``show`` prints.
+BODY_SHOWN = 120
+#: A page's key: the hex request fingerprint (SHA-1 with Scrapy's fingerprinters).
+FINGERPRINT = re.compile(r"[0-9a-f]{40}")
 SUBCOMMANDS = ("show", "export", "import")
 
 
@@ -138,22 +143,38 @@ class Command(StateCommand):
 
 
 def _find_page(store: StateStorage, tracker: Tracker, url: str) -> tuple[str, dict[str, Any]] | None:
-    """The fingerprint and stored record of *url*'s page: by the fingerprint of ``Request(url)``, else the
-    page stored with that URL (a fingerprinter that canonicalises, or a page moved by a redirect)."""
+    """The fingerprint and stored record of *url*'s page: *url* may be a page's fingerprint; else it is looked
+    up by the fingerprint of ``Request(url)``, then by the URL stored with each page (a fingerprinter that
+    canonicalises, a POST form's pages). Several pages stored with that URL are listed, to be shown by
+    fingerprint."""
     from scrapy import Request
 
+    if FINGERPRINT.fullmatch(url):
+        record = store.get_page(url)
+        return (url, record) if record is not None else None
     try:
         request = Request(url)
     except ValueError as exc:
-        raise UsageError(f"{url!r} is not a URL: {exc}", print_help=False) from None
+        raise UsageError(f"{url!r} is not a URL or a page's fingerprint: {exc}", print_help=False) from None
     fingerprint = tracker.fingerprint(request)
     record = store.get_page(fingerprint)
     if record is not None:
         return fingerprint, record
-    for key, stored in store.iter_pages():
-        if isinstance(stored, dict) and stored.get("url") == url:
-            return key, stored
-    return None
+    found = [(key, stored) for key, stored in store.iter_pages() if isinstance(stored, dict) and stored.get("url") == url]
+    if len(found) > 1:
+        pages = "; ".join(f"{key} ({_request_line(stored.get('template'))})" for key, stored in found)
+        raise UsageError(f"{len(found)} pages are stored with the URL {url} (requests that differ in method or "
+                         f"body): show one by its fingerprint: {pages}", print_help=False)
+    return found[0] if found else None
+
+
+def _request_line(template: Any) -> str:
+    """A stored request's method and body, which tell a form's pages apart."""
+    if not isinstance(template, dict):
+        return "no template"
+    body = str(template.get("body") or "")
+    shown = body if len(body) <= BODY_SHOWN else body[:BODY_SHOWN - 3] + "..."
+    return f"{template.get('method')} {shown!r}" if body else str(template.get("method"))
 
 
 def _moment(t: float | None, now: float) -> dict[str, Any] | None:
@@ -205,6 +226,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "failures": page.failures,
         "consecutive_failures": page.consecutive_failures,
         "gone": page.gone,
+        "moved_to": page.moved_to,
         "rate_per_day": {
             "rate": rate,
             "low": estimate.low if estimate is not None else None,
@@ -212,7 +234,8 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
             "source": "estimate" if estimate is not None else "group prior",
         },
         "p_changed": None if page.last_visit is None else p_changed(rate, max(now - page.last_visit, 0.0) / DAY),
-        "new_pages_per_day": page.links.rate() if page.links is not None else None,
+        "new_pages_per_day": page.links.rate(tracker.learner.link_prior_of(page.group)) if page.links is not None
+        else None,
         "index": None if candidate is None else score(candidate, config.objective, cycle=cycle),
         "objective": config.objective,
         "cycle_days": cycle,
@@ -227,7 +250,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
                   for name, mean in (("full", page.full_bytes), ("not_modified", page.not_modified_bytes))},
         "not_before": _moment(page.not_before, now),
         "template": None if template is None else {
-            name: template.get(name) for name in ("method", "callback", "errback", "meta", "cb_kwargs")},
+            name: template.get(name) for name in ("method", "callback", "errback", "meta", "cb_kwargs", "body")},
     }
 
 
@@ -284,8 +307,11 @@ def render(page: dict[str, Any]) -> str:
                          f"meta={json.dumps(template['meta'], sort_keys=True)}")
         if template["cb_kwargs"]:
             template_text += f" cb_kwargs={json.dumps(template['cb_kwargs'], sort_keys=True)}"
+        if template["body"]:  # what tells a form's pages apart (they share a URL)
+            template_text += f" body={_request_line(template).partition(' ')[2]}"
+    retired = f", moved permanently to {page['moved_to']}" if page["moved_to"] else ", gone" if page["gone"] else ""
     visits_text = (f"{page['visits']}, {page['changes']} changed, {page['failures']} failed "
-                   f"({page['consecutive_failures']} in a row){', gone' if page['gone'] else ''}")
+                   f"({page['consecutive_failures']} in a row){retired}")
     p_changed = page["p_changed"]
     validators = page["validators"]
     lines = [

@@ -13,6 +13,7 @@ per hub:
 Name                        Use
 ==========================  =====================================================
 :class:`LinkPrior`          gamma prior on a hub's rate of new links per day
+:func:`pooled_prior`        a group's prior, from what its pages revealed
 :class:`NewLinkStats`       down-weighted new-link counts and exposure of a hub
 :func:`expected_new`        new links a visit after *elapsed* days should reveal
 :class:`Discovery`          what :mod:`~.scoring` needs to price a hub visit
@@ -40,9 +41,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-__all__ = ["Discovery", "LinkPrior", "NewLinkStats", "expected_new"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["Discovery", "LinkPrior", "NewLinkStats", "expected_new", "pooled_prior"]
 
 _MIN_INTERVAL = 1e-9  # as in estimators.ChangeStats: intervals <= 0 count as tiny
 
@@ -73,6 +77,34 @@ class LinkPrior:
     @property
     def mean(self) -> float:
         return self.shape / self.days
+
+
+def pooled_prior(pages: Iterable[NewLinkStats], prior: LinkPrior | None = None) -> LinkPrior | None:
+    """The prior for a group of pages (a host's page type): *prior*'s weight, centred on the group's pooled rate.
+
+    Every page that links out is a potential hub, and with only *prior* a page's first visits price it at
+    half a new page a day, whatever its kind: a product page that links to its brand would draw the budget
+    from pages that change. The pages of a kind reveal new links at similar rates, so their pooled rate,
+    (shape + Σ links) / (days + Σ exposure), is the mean a page of the group starts from (empirical Bayes,
+    as the change-rate priors are fitted per group; Gelman et al. 2013, section 5.1); the prior keeps
+    *prior*'s weight in days, so a page's own history soon outweighs it. ``None`` before any page of the
+    group has been exposed (two visits).
+
+    >>> pooled_prior([NewLinkStats(links=0.0, days=40.0)])
+    LinkPrior(shape=0.012195121951219513, days=1.0)
+    >>> pooled_prior([NewLinkStats(links=30.0, days=10.0), NewLinkStats()]).mean > 2.5
+    True
+    >>> pooled_prior([NewLinkStats()]) is None
+    True
+    """
+    p = LinkPrior() if prior is None else prior
+    links = days = 0.0
+    for stats in pages:
+        links += stats.links
+        days += stats.days
+    if days <= 0.0:
+        return None
+    return LinkPrior(shape=(p.shape + links) / (p.days + days) * p.days, days=p.days)
 
 
 def expected_new(rate: float, elapsed: float, cap: float = math.inf) -> float:
