@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.learner import Learner
 from scrapy_costsched.model import ChangeStats, RateEstimate
+from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
 from scrapy_costsched.model.learning import PRIOR_SAMPLE
 from scrapy_costsched.pages import PageState
 from scrapy_costsched.storage import SqliteDictStorage
@@ -82,3 +83,32 @@ def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: p
     warned = [r.getMessage() for r in caplog.records if "sent the same ETag" in r.getMessage()]
     assert warned == [(f"costsched: shop.example sent the same ETag for a changed record ({urls[0]}): its ETags are "
                        "not trusted for a while (costsched/etag/contradicts counts each such answer)")]
+
+
+def test_the_refit_pools_the_new_links_a_group_revealed_into_its_hub_prior(tmp_path: Path) -> None:
+    """Product pages that link out (to their brand, a print view) but never to a new page: once a refit has
+    seen the group, a product page is priced as revealing almost nothing, not the first prior's half a page a
+    day; a group never seen keeps that first prior."""
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    keys = []
+    for i in range(20):
+        stats = ChangeStats()
+        stats.add(1.0, changed=i % 4 == 0)
+        page = PageState(url=f"http://shop.example/p/{i}", host="shop.example", page_type="product", value="normal",
+                         first_seen=0.0, last_visit=86400.0, stats=stats, links=NewLinkStats(links=0.0, days=3.0))
+        keys.append(f"{i:040x}")
+        store.put_page(keys[-1], page.to_json(), page.summary())
+    store.commit()
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    assert learner.link_prior_of(GROUP) == LinkPrior()
+    learner.observed_groups.add(GROUP)
+    learner.refit_priors(seed=1, groups=[(key, GROUP) for key in keys])
+    store.commit()
+    restored = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    prior = restored.link_prior_of(GROUP)
+    assert prior == pooled_prior([NewLinkStats(links=0.0, days=3.0)] * 20)
+    assert prior.mean == LinkPrior().shape / (LinkPrior().days + 60.0)
+    assert NewLinkStats().rate(prior) < 0.01
+    assert NewLinkStats().rate(restored.link_prior_of("other|page")) == 0.5
+    store.close()
