@@ -7,7 +7,8 @@ validator (:mod:`~.model.validators`), it sends the stored ETag as
 never on a first visit, on a request that carries conditional headers of its
 own, or on a verification visit. The headers it added are marked in meta
 (``costsched_validators``) and stripped from a redirected request: validators
-belong to the URL that answered.
+belong to the URL that answered. A conditional request skips an HTTP cache
+that stores any answer (``dont_cache``), whose copy of a 304 would be an empty page.
 
 A 304 to its validators is the visit's observation, "unchanged since the last
 visit", and reaches neither the callback nor the errback (HttpErrorMiddleware
@@ -44,7 +45,9 @@ from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import NotConfigured
+from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
 from twisted.internet.defer import Deferred
 
 from scrapy_costsched.slots import HostPaused
@@ -85,6 +88,11 @@ class ConditionalRequestMiddleware:
         self.tracker = tracker
         self._robots: RobotsTxtMiddleware | None = None
         self._robots_found = False
+        # A conditional request goes past an HTTP cache (900) whose policy stores any answer (DummyPolicy): it
+        # would keep the 304, an empty page, as the page's copy. RFC2616Policy never stores a 304.
+        settings = crawler.settings
+        self._cache_keeps_304s = settings.getbool("HTTPCACHE_ENABLED") and not issubclass(
+            load_object(settings["HTTPCACHE_POLICY"]), RFC2616Policy)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -135,6 +143,8 @@ class ConditionalRequestMiddleware:
             for name, value in headers.items():
                 request.headers[name] = value
             meta[VALIDATORS_META] = {"url": request.url, "headers": headers, "canary": canary}
+            if self._cache_keeps_304s:
+                meta["dont_cache"] = True
             self.tracker.stats.inc_value(f"costsched/conditional/{'canary' if canary else 'sent'}")
 
     def _robots_middleware(self) -> RobotsTxtMiddleware | None:
