@@ -601,8 +601,8 @@ class Tracker:
         """An unusable meta value (or hook result), ignored: counted each time, logged once per value and run."""
         self.stats.inc_value(f"costsched/invalid/{meta_key}")
         self._log_once((meta_key, repr(raw) if isinstance(raw, (str, int, float)) else type(raw).__qualname__),
-                        "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
-                        "said once)", meta_key, raw, hint, meta_key)
+                       "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
+                       "said once)", meta_key, raw, hint, meta_key)
 
     def _log_once(self, what: tuple[str, str], message: str, *args: Any, level: int = logging.WARNING) -> bool:
         """Log the first time *what* happens in this run (``True`` if this was it): a spider repeats a mistake
@@ -1013,8 +1013,8 @@ class Tracker:
         except UnhashableItem as exc:
             self.stats.inc_value("costsched/items/unhashable")
             self._log_once(("unhashable", f"{exc.item_type}.{exc.field}"),
-                            "costsched: %s; the item passes through but is left out of its page's record (each such "
-                            "item is counted in costsched/items/unhashable, this is said once per field)", exc)
+                           "costsched: %s; the item passes through but is left out of its page's record (each such "
+                           "item is counted in costsched/items/unhashable, this is said once per field)", exc)
             return None
 
     def is_unchanged(self, item: Any) -> bool:
@@ -1129,10 +1129,10 @@ class Tracker:
                 outcome = "empty"
                 self.stats.inc_value("costsched/extraction_empty")
                 if not self._log_once(("empty", page.page_type),
-                                       "costsched: %s yielded no items this time (it used to); not counted as a change. "
-                                       "A selector that stopped matching does this to every page of a kind: such pages "
-                                       "are counted in costsched/extraction_empty and listed at DEBUG, this is said "
-                                       "once per page type (%r)", page.url, page.page_type):
+                                      "costsched: %s yielded no items this time (it used to); not counted as a change. "
+                                      "A selector that stopped matching does this to every page of a kind: such pages "
+                                      "are counted in costsched/extraction_empty and listed at DEBUG, this is said "
+                                      "once per page type (%r)", page.url, page.page_type):
                     logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
             else:
                 previous_fields = page.field_hashes
