@@ -385,13 +385,19 @@ class Tracker:
         changed = get("costsched/changed", 0)
         ignored = get("costsched/ignored", 0)  # failed visits too, but never sent: apart, and why
         cached = get("costsched/cached", 0)  # answers the spider parsed that are not visits: say why
+        # The other ends of a visit, said when they happened, so the outcomes add up to the visits.
+        others = "".join(f", {count} {what}" for count, what in (
+            (get("costsched/rebaseline", 0), "re-baselined (not comparable with their last record)"),
+            (get("costsched/extraction_empty", 0), "without the items they used to yield"),
+            (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
+        ) if count)
         logger.info(
-            "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s), "
+            "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
             "%d failed%s; spent %g %s%s; %s; next period starts in %.1f h",
             reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
-            self._not_modified_observed(), get("costsched/failed", 0) - ignored,
+            self._not_modified_observed(), others, get("costsched/failed", 0) - ignored,
             f"; {ignored} more refused before download (robots.txt, offsite rules or a downloader middleware)"
             if ignored else "",
             spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from scrapy_costsched.model import RatePrior
-from scrapy_costsched.model.discovery import Discovery, NewLinkStats
+from scrapy_costsched.model.discovery import Discovery, LinkPrior, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate, score
 from tests.helpers import PROJECT, TIERS, DemoSite, crawl, crawl_command, read_state, start_site
 
@@ -48,10 +48,12 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
     posterior interval and taken over a one-day cycle (rate = the page's estimate, or its group
     prior's median before it has one; t = days since the last visit, infinite if never visited;
     cost 1 under request billing), best first, ties by fingerprint; take the longest prefix the
-    budget pays for. A page that links out is also priced as a hub: its learned new links a day, each
-    a new page of the default value, the host's default-type prior rate, cost 1.
+    budget pays for. A page that links out is also priced as a hub: its learned new links a day (from its
+    page type's pooled prior once a run has fitted one), each a new page of the default value, the host's
+    default-type prior rate, cost 1.
     """
     priors = state["meta"].get("priors", {})
+    link_priors = state["meta"].get("link_priors", {})
 
     def prior_rate(group: str) -> float:
         return math.exp(priors[group][0] if group in priors else RatePrior().mean_log)
@@ -69,7 +71,10 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
         hub = None
         if page.get("links") is not None:
             links = NewLinkStats.from_json(page["links"])
-            hub = Discovery(links.rate(), TIERS["normal"], 1.0, prior_rate(f"{page['host']}|default"), links.cap)
+            group = f"{page['host']}|{page['page_type']}"
+            link_prior = LinkPrior(*link_priors[group]) if group in link_priors else LinkPrior()
+            hub = Discovery(links.rate(link_prior), TIERS["normal"], 1.0, prior_rate(f"{page['host']}|default"),
+                            links.cap)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
         index = score(Candidate(key, value, rate, elapsed, 1.0, None, low, high, hub), cycle=1.0)
         if index > 0:

@@ -45,6 +45,8 @@ def test_retries_redirects_and_duplicates_are_not_scored_or_discovered(edge_site
     assert stats["costsched/spent"] == stats["downloader/request_count"] == 8
     assert stats["costsched/baseline"] == 4
     assert stats["costsched/not_found"] == 1  # one 404 is not enough to retire a page
+    assert ("5 visits: 4 new pages, 0 changed, 0 unchanged (0 of them 304s), 1 answered 404 or 410, 0 failed;"
+            in stats["_log"])
     pages = read_state(tmp_path / "state.sqlite")["pages"]
     assert len(pages) == 5
     assert sum(page["gone"] for page in pages.values()) == 0
