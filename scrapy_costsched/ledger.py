@@ -57,6 +57,10 @@ class Basis:
     budget: float | None
 
     @property
+    def start(self) -> float:
+        return self.period * self.period_seconds
+
+    @property
     def end(self) -> float:
         return (self.period + 1) * self.period_seconds
 

@@ -424,7 +424,6 @@ class CostAwareScheduler(BaseScheduler):
         """Log and count the start URLs the run did not visit: those a leftover round reached were visited."""
         ledger = self.tracker.ledger
         spent_before = ledger.budget is not None and ledger.spent_at_start >= ledger.budget
-        period_start = ledger.basis.period * ledger.basis.period_seconds
         for key, url in self._left_out_starts.items():
             if key in self._dispatched:
                 continue
@@ -434,7 +433,7 @@ class CostAwareScheduler(BaseScheduler):
                 why = f"it moved permanently to {page.moved_to}, which is visited as a page of its own"
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
-            elif page is not None and page.last_visit is not None and page.last_visit >= period_start:
+            elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:
                 why = "it was visited earlier in this period, and ranks below the pages this run's budget pays for"
             else:
                 why = "it ranks below the pages this run's budget pays for"
