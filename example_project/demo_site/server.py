@@ -430,9 +430,11 @@ def make_handler(
                             "announced_at": None if admission is None else admission.announced_at,
                         }
                     )
-                self.wfile.release()
+                # Announce before sending: a request its client sends after reading this 429 must find
+                # the block announced (announcing after the send raced the client's next request).
                 if gate is not None and self._admission is not None and self._admission.wait is not None:
                     gate.announced(self._admission.block, time.monotonic(), time.time())
+                self.wfile.release()
 
         def parse_request(self) -> bool:
             # The request line is in: the request has arrived (a keep-alive wait is not part of it).
