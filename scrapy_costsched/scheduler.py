@@ -188,7 +188,8 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and isinstance(inner_filter, BaseDupeFilter):
             fallback.df = PlannedVisitsPass(inner_filter)  # type: ignore[attr-defined]
         self._dispatched: set[str] = set()
-        self._redirected_to: set[str] = set()  # pages fetched in this run as the target of another page's redirect
+        # Pages fetched in this run as the target of another page's redirect, and whose visit fetched them.
+        self._redirected_to: dict[str, str] = {}
         self._ranking = _Ranking()
         self._cursor = 0
         self._plan_end = 0
@@ -382,13 +383,13 @@ class CostAwareScheduler(BaseScheduler):
         if PAGE_META in request.meta:
             return self._enqueue_attempt(request)
         key = self.tracker.fingerprint(request)
-        if self.budgeted and key in self._dispatched:
-            self.stats.inc_value("costsched/skipped/duplicate")
-            return False
         if self.budgeted and key in self._redirected_to:
             # Fetched in this run as a redirect's target; known from now on, so a page that moved here is
             # retired at its next visit instead of being fetched twice.
             self.tracker.sighting(request, key)
+            self.stats.inc_value("costsched/skipped/duplicate")
+            return False
+        if self.budgeted and key in self._dispatched:
             self.stats.inc_value("costsched/skipped/duplicate")
             return False
         if self.budgeted and key not in self._planned and self.tracker.sighting_changes_nothing(request, key):
@@ -453,18 +454,21 @@ class CostAwareScheduler(BaseScheduler):
 
         A permanent redirect to a page the crawl knows makes the visit that page's (:meth:`Tracker.moved`);
         a page goes out once per run, by its own URL or as a redirect's target, as Scrapy's duplicate filter
-        lets a URL out once.
+        lets a URL out once: a redirect to a page that went out already is dropped, and a page a redirect
+        reached is not re-issued from the plan.
         """
         if "redirect_urls" in request.meta and not request.meta.get(SUBREQUEST_META):
-            target = self.tracker.fingerprint(request)
-            if self.tracker.moved(request.meta[PAGE_META], request, target):
-                request.meta[PAGE_META] = target
+            page, target = request.meta[PAGE_META], self.tracker.fingerprint(request)
+            if target != page and self._redirected_to.get(target) != page:  # a hop, not a retry after one
+                if self.tracker.moved(page, request, target):
+                    request.meta[PAGE_META] = target
+                else:
+                    self._redirected_to[target] = page
                 if self.budgeted and target in self._dispatched:
                     self.stats.inc_value("costsched/skipped/duplicate")
+                    self.stats.inc_value("costsched/redirected_to_fetched")  # how the visit ended
                     return False
                 self._dispatched.add(target)
-            else:
-                self._redirected_to.add(target)
         if not self.budgeted:
             return self.fallback.enqueue_request(request)
         cost = self.tracker.planned_cost(request.meta)

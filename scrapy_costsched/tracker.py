@@ -390,6 +390,7 @@ class Tracker:
             (get("costsched/rebaseline", 0), "re-baselined (not comparable with their last record)"),
             (get("costsched/extraction_empty", 0), "without the items they used to yield"),
             (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
+            (get("costsched/redirected_to_fetched", 0), "redirected to a page this run fetched already"),
         ) if count)
         logger.info(
             "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "

@@ -121,6 +121,7 @@ class NewsSite:
     * ``/story/<id>``: article *id* once it has moved (from the time *moves* gives for it on): its section
       then links there, and ``/article/<id>`` answers 301 to it.
     * ``/offsite``: a page, linked from the front page on the other host name.
+    * ``/featured`` (with *featured*, which the front page then links): 302 to the oldest article section 0 lists.
 
     Article and section pages send ``Last-Modified`` and honour ``If-Modified-Since``; ``Date`` is the
     simulated time. Requests are counted per path (:attr:`hits`, :attr:`offsite_hits`) and in total.
@@ -147,6 +148,7 @@ class NewsSite:
         sitemap: bool = False,
         start: float = EPOCH0,
         moves: dict[int, float] | None = None,
+        featured: bool = False,
     ) -> None:
         rates = list(section_rates) if section_rates is not None else [
             6.0 if s % 4 == 3 else 2.0 for s in range(sections)]
@@ -164,6 +166,7 @@ class NewsSite:
         self.broken = broken
         self.sitemap = sitemap
         self.moves = dict(moves or {})
+        self.featured = featured
         self.articles = self._generate(start - backlog_days * DAY)
         self._by_section = [[a for a in self.articles if a.section == s] for s in range(sections)]
         self._published = [[a.published for a in listing] for listing in self._by_section]
@@ -275,8 +278,11 @@ class NewsSite:
             links = "\n".join(f'<li><a class="section" href="/section/{s}">{_section_name(s)}</a></li>'
                               for s in range(self.sections))
             offsite = f'<p><a class="offsite" href="{self.offsite_url}/offsite">Partner site</a></p>'
-            body = f'<h1>Loopback News</h1>\n<ul class="sections">\n{links}\n</ul>\n{offsite}'
+            featured = '<p><a class="featured" href="/featured">Featured</a></p>' if self.featured else ""
+            body = f'<h1>Loopback News</h1>\n<ul class="sections">\n{links}\n</ul>\n{offsite}{featured}'
             return _Page(200, _html("Loopback News", body))
+        if path == "/featured" and self.featured:
+            return _Page(302, location=self.path_at(self.listing_at(0, t)[-1], t))
         if path == "/offsite":
             return _Page(200, _article_html(0, -1, "Partner story", _iso(self.start), "Hosted elsewhere."))
         m = _ROUTE.fullmatch(path)

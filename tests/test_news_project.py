@@ -303,3 +303,31 @@ def test_a_page_that_moved_permanently_is_retired_and_fetched_once_a_run_at_its_
         assert stored[site.url + old]["gone"]
         assert stored[site.url + old]["changes"] == 0  # the move was no change of the article
         assert not stored[site.url + new]["gone"]
+
+
+def test_a_page_a_temporary_redirect_reached_is_fetched_once_a_run(tmp_path: Path) -> None:
+    """The front page's ``/featured`` answers 302 to an article its section links too, known from earlier
+    runs. As Scrapy's duplicate filter lets a URL out once, each budgeted run fetches that article once: by
+    its own URL (then the redirect to it is not followed) or as the redirect's target (then it is not
+    re-issued from the plan)."""
+    with NewsSite(tmp_path / "clock", sections=3, featured=True) as site:
+        for day in range(4):
+            site.set_day(day)
+            site.reset_counts()
+            result = run_news(site, tmp_path / "crawl", budget=None if day == 0 else 200, tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            if day == 0:
+                continue
+            featured = site.listing_at(0, site.now())[-1]
+            assert site.hits.get("/featured") == 1
+            assert site.hits.get(featured.path) == 1, (day, site.hits)  # fetched twice before
+            assert max(count for path, count in site.hits.items() if path.startswith("/article/")) == 1
+            ids = [item["id"] for item in result.items]
+            assert ids.count(featured.id) <= 1  # unchanged items may be dropped
+            assert len(ids) == len(set(ids))
+            assert result.stats["costsched/skipped/duplicate"] >= 1
+            # Every visit ended one of the ways the summary names (a redirect not followed among them).
+            summary = next(line for line in result.log.splitlines() if "run finished" in line)
+            head, tail = summary.split(" visits: ", 1)
+            ends = re.sub(r"\(\d+ of them 304s\)", "", tail.split(" failed", 1)[0])
+            assert int(head.rsplit(" ", 1)[1]) == sum(int(n) for n in re.findall(r"\d+", ends)), summary
