@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request, Spider
 
+#: Characters of a stored request body shown where a form's pages, which share a URL, are told apart.
+BODY_SHOWN = 120
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
 #: ``depth`` is kept: a re-issued page keeps its depth, so ``DEPTH_LIMIT`` still applies to it.
 _TRANSIENT_META = frozenset({
@@ -133,6 +135,13 @@ class PageState:
     def group(self) -> str:
         return group_of(self.host, self.page_type)
 
+    @property
+    def form(self) -> str | None:
+        """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
+        if self.template is None or (self.template.get("method") == "GET" and not self.template.get("body")):
+            return None
+        return request_line(self.template)
+
     def summary(self) -> list[Any]:
         """The compact row planning reads: the fields of :class:`Summary`, in order."""
         estimate = self.estimate
@@ -225,6 +234,15 @@ class Summary(NamedTuple):
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Summary:
         return cls(*row[: len(cls._fields)])
+
+
+def request_line(template: Any) -> str:
+    """A stored request's method and body (shortened), which tell a form's pages apart."""
+    if not isinstance(template, dict):
+        return "no template"
+    body = str(template.get("body") or "")
+    shown = body if len(body) <= BODY_SHOWN else body[:BODY_SHOWN - 3] + "..."
+    return f"{template.get('method')} {shown!r}" if body else str(template.get("method"))
 
 
 def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from scrapy_costsched.pages import PageState
 from scrapy_costsched.report.terminal import amount
+from scrapy_costsched.storage import SqliteDictStorage
 from tests.helpers import PROJECT, ROOT, CrawlResult, DemoSite, crawl, read_state, start_site
 
 if TYPE_CHECKING:
@@ -139,6 +142,56 @@ def test_terminal_report_fits_100_columns_and_shows_the_figures(history: History
         assert host["host"] in text
     assert "Next plan" in text
     assert report["next_plan"][0]["url"] in text
+
+
+def test_a_form_s_pages_which_share_a_url_are_told_apart_by_method_and_body(history: History, tmp_path: Path) -> None:
+    """Two result pages of a search form: POSTs to one URL that differ by body, each a row of its own."""
+    copy = tmp_path / "state.sqlite"
+    shutil.copyfile(history.state, copy)
+    url = f"{history.site.url}/search"
+    store = SqliteDictStorage(copy)
+    store.open()
+    try:
+        for key, data in sorted(read_state(copy)["pages"].items())[:2]:
+            page = PageState.from_json(data)
+            assert page.template is not None
+            body = f"q=storm&page={page.visits}{key[:4]}"
+            page.url, page.no_change_cost = url, 1e6  # the costliest pages: the first rows
+            page.template = {**page.template, "url": url, "method": "POST", "body": body}
+            store.put_page(key, page.to_json(), page.summary())
+    finally:
+        store.close()
+    copied = History(history.site, copy, history.runs)
+    forms = [(p["url"], p["form"]) for p in copied.json()["wasteful_pages"][:2]]
+    assert sorted(forms) == sorted((url, f"POST {body!r}") for body in _bodies(copy, url))
+    plan = copied.json()["next_plan"]
+    assert all((p["form"] is not None) == (p["url"] == url) for p in plan)  # the other pages are plain GETs
+    text = copied.report().stdout
+    for _, form in forms:
+        assert f"/search [{form}]" in text
+
+
+def test_pages_that_moved_are_counted_among_the_gone(history: History, tmp_path: Path) -> None:
+    copy = tmp_path / "state.sqlite"
+    shutil.copyfile(history.state, copy)
+    gone_before = history.json()["dataset"]["gone"]
+    store = SqliteDictStorage(copy)
+    store.open()
+    try:
+        key, data = next((key, data) for key, data in sorted(read_state(copy)["pages"].items()) if not data["gone"])
+        page = PageState.from_json(data)
+        page.gone, page.moved_to = True, f"{history.site.url}/new-home"
+        store.put_page(key, page.to_json(), page.summary())
+    finally:
+        store.close()
+    copied = History(history.site, copy, history.runs)
+    dataset = copied.json()["dataset"]
+    assert (dataset["gone"], dataset["moved"]) == (gone_before + 1, 1)
+    assert f"{gone_before + 1} gone (1 of them moved);" in copied.report().stdout
+
+
+def _bodies(state: Path, url: str) -> list[str]:
+    return [page["template"]["body"] for page in read_state(state)["pages"].values() if page["url"] == url]
 
 
 def test_filters_and_errors(history: History) -> None:

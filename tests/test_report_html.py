@@ -22,7 +22,7 @@ from PIL import Image
 from scrapy.settings import Settings
 
 from scrapy_costsched.commands import Target, reading_tracker
-from scrapy_costsched.report import Dataset, Figures, Report, build_report
+from scrapy_costsched.report import Dataset, Figures, PageRow, PlannedPage, Report, build_report
 from scrapy_costsched.report.html import (
     BUDGET,
     LABEL_CHARS,
@@ -305,6 +305,20 @@ def test_a_state_without_periods_renders() -> None:
     assert dom.css("p#chart-spend::text").get() == "Nothing to draw yet."
     assert dom.css("img") == []
     assert " ".join(dom.css("table#periods td::text").getall()) == "No period yet: run a crawl first."
+
+
+def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
+    url = "http://127.0.0.1/search"
+    form = "POST 'q=storm&page=2'"
+    report = Report(state="s", unit="requests", generated_at=None, periods=[], totals=Figures(), hosts=[],
+                    page_types=[], dataset=Dataset(pages=3, live=1, gone=2, moved=1),
+                    wasteful_pages=[PageRow(url, "127.0.0.1", "search", 4, 0, 4.0, 0.1, form)],
+                    next_plan=[PlannedPage(url, 1.0, 1.0, 1.0, 0.1, 1.0, False, form)], next_plan_at=None,
+                    shadow_savings=[])
+    dom = Selector(text=render_html(report))
+    assert dom.css("table#wasteful-pages td.url span.form::text").get() == form
+    assert dom.css("table#next-plan td.url span.form::text").get() == form
+    assert "2 (1 moved)" in dom.css("table#dataset td::text").getall()
 
 
 @pytest.mark.parametrize(("value", "unit", "shown"), [

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 
 from scrapy_costsched.commands import StateCommand, Target, reading_tracker
+from scrapy_costsched.pages import request_line
 
 if TYPE_CHECKING:
     import argparse
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 EXPORT_FORMAT = "scrapy-costsched-export"
 #: Pages read from the store at a time while exporting them in fingerprint order.
 EXPORT_CHUNK = 500
-#: Characters of a stored request body ``show`` prints.
-BODY_SHOWN = 120
 #: A page's key: the hex request fingerprint (SHA-1 with Scrapy's fingerprinters).
 FINGERPRINT = re.compile(r"[0-9a-f]{40}")
 SUBCOMMANDS = ("show", "export", "import")
@@ -162,19 +161,10 @@ def _find_page(store: StateStorage, tracker: Tracker, url: str) -> tuple[str, di
         return fingerprint, record
     found = [(key, stored) for key, stored in store.iter_pages() if isinstance(stored, dict) and stored.get("url") == url]
     if len(found) > 1:
-        pages = "; ".join(f"{key} ({_request_line(stored.get('template'))})" for key, stored in found)
+        pages = "; ".join(f"{key} ({request_line(stored.get('template'))})" for key, stored in found)
         raise UsageError(f"{len(found)} pages are stored with the URL {url} (requests that differ in method or "
                          f"body): show one by its fingerprint: {pages}", print_help=False)
     return found[0] if found else None
-
-
-def _request_line(template: Any) -> str:
-    """A stored request's method and body, which tell a form's pages apart."""
-    if not isinstance(template, dict):
-        return "no template"
-    body = str(template.get("body") or "")
-    shown = body if len(body) <= BODY_SHOWN else body[:BODY_SHOWN - 3] + "..."
-    return f"{template.get('method')} {shown!r}" if body else str(template.get("method"))
 
 
 def _moment(t: float | None, now: float) -> dict[str, Any] | None:
@@ -308,7 +298,7 @@ def render(page: dict[str, Any]) -> str:
         if template["cb_kwargs"]:
             template_text += f" cb_kwargs={json.dumps(template['cb_kwargs'], sort_keys=True)}"
         if template["body"]:  # what tells a form's pages apart (they share a URL)
-            template_text += f" body={_request_line(template).partition(' ')[2]}"
+            template_text += f" body={request_line(template).partition(' ')[2]}"
     retired = f", moved permanently to {page['moved_to']}" if page["moved_to"] else ", gone" if page["gone"] else ""
     visits_text = (f"{page['visits']}, {page['changes']} changed, {page['failures']} failed "
                    f"({page['consecutive_failures']} in a row){retired}")

@@ -180,6 +180,8 @@ class PageRow:
     changes: int
     no_change_cost: float
     rate: float | None
+    form: str | None = None
+    """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
 
 
 @dataclass
@@ -195,6 +197,8 @@ class PlannedPage:
     hub: bool
     """The visit is expected to reveal at least :data:`HUB_NEW_PAGES` new pages (every page that links out is
     priced for the new pages it may reveal; most reveal none)."""
+    form: str | None = None
+    """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
 
 
 @dataclass
@@ -212,6 +216,8 @@ class Dataset:
     live: int = 0
     never_visited: int = 0
     gone: int = 0
+    moved: int = 0
+    """Of the pages gone, those retired because they moved permanently to a page the crawl knows."""
     freshness: float | None = None
     expected_stale_pages: float = 0.0
     expected_missed_changes: float = 0.0
@@ -294,7 +300,7 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
         dataset=_dataset(pages, tracker.value_of, rate_of, now),
         wasteful_pages=[
             PageRow(p.url, p.host, p.page_type, p.visits, p.changes, p.no_change_cost,
-                    p.estimate.rate if p.estimate else None)
+                    p.estimate.rate if p.estimate else None, p.form)
             for p in sorted(pages, key=lambda p: (-p.no_change_cost, p.url))[:WASTEFUL_PAGES] if p.no_change_cost > 0
         ],
         next_plan=[p for p in planned if host_filter is None or _host_of(p.url or "") in host_filter],
@@ -323,7 +329,7 @@ def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, li
         reveals = 0.0 if hub is None else expected_new(hub.rate, candidate.elapsed, hub.cap)
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                                   reveals >= HUB_NEW_PAGES))
+                                   reveals >= HUB_NEW_PAGES, page.form if page else None))
     return when, planned
 
 
@@ -387,6 +393,7 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
     for page in pages:
         if page.gone:
             dataset.gone += 1
+            dataset.moved += page.moved_to is not None
             continue
         dataset.live += 1
         if page.last_visit is None:

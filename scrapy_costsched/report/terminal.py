@@ -105,7 +105,7 @@ def render_terminal(report: Report) -> str:
             "pages whose fetches most often found nothing new, by what those fetches cost",
             ["visits", "changes", "no-change cost", "rate", "url"],
             [[p.visits, p.changes, amount(p.no_change_cost, unit), "-" if p.rate is None else f"{p.rate:.3g}",
-              _url(p.url)] for p in report.wasteful_pages],
+              _url(p.url) + _form(p.form)] for p in report.wasteful_pages],
         ),
         _table(
             "Next plan",
@@ -114,7 +114,7 @@ def render_terminal(report: Report) -> str:
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
               "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
-              _url(p.url or "?") + (" (hub)" if p.hub else "")] for p in report.next_plan],
+              _url(p.url or "?") + _form(p.form) + (" (hub)" if p.hub else "")] for p in report.next_plan],
         ),
     ]
     if report.shadow_savings:
@@ -132,11 +132,17 @@ def _dataset(report: Report) -> str:
     data = report.dataset
     return (
         "The dataset now\n"
-        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone; "
+        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone"
+        f"{f' ({data.moved} of them moved)' if data.moved else ''}; "
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
         f"since their last visits, {data.expected_stale_pages:.1f} pages are expected to have changed, "
         f"{data.expected_missed_changes:.1f} times in all\n"
     )
+
+
+def _form(form: str | None) -> str:
+    """What tells a form's pages apart, after their shared URL."""
+    return f" [{form}]" if form else ""
 
 
 def _url(url: str) -> str:
