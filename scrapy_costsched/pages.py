@@ -237,11 +237,13 @@ class Summary(NamedTuple):
 
 
 def request_line(template: Any) -> str:
-    """A stored request's method and body (shortened), which tell a form's pages apart."""
+    """A stored request's method and body, which tell a form's pages apart; a long body is cut in the middle,
+    as the field that differs (a page number) often comes last."""
     if not isinstance(template, dict):
         return "no template"
     body = str(template.get("body") or "")
-    shown = body if len(body) <= BODY_SHOWN else body[:BODY_SHOWN - 3] + "..."
+    head = (BODY_SHOWN - 3) // 2
+    shown = body if len(body) <= BODY_SHOWN else f"{body[:head]}...{body[-(BODY_SHOWN - 3 - head):]}"
     return f"{template.get('method')} {shown!r}" if body else str(template.get("method"))
 
 

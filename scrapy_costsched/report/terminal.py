@@ -105,7 +105,7 @@ def render_terminal(report: Report) -> str:
             "pages whose fetches most often found nothing new, by what those fetches cost",
             ["visits", "changes", "no-change cost", "rate", "url"],
             [[p.visits, p.changes, amount(p.no_change_cost, unit), "-" if p.rate is None else f"{p.rate:.3g}",
-              _url(p.url) + _form(p.form)] for p in report.wasteful_pages],
+              _url(p.url + _form(p.form))] for p in report.wasteful_pages],
         ),
         _table(
             "Next plan",
@@ -114,7 +114,7 @@ def render_terminal(report: Report) -> str:
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
               "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
-              _url(p.url or "?") + _form(p.form) + (" (hub)" if p.hub else "")] for p in report.next_plan],
+              _url((p.url or "?") + _form(p.form)) + (" (hub)" if p.hub else "")] for p in report.next_plan],
         ),
     ]
     if report.shadow_savings:
