@@ -73,8 +73,12 @@ class Learner:
         else:
             changed = record != page.record
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
-            modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
-            self._audit_validators(page, visit, changed)
+            modified_ago = None
+            # A redirected answer's validators are its target's, and the target may not be the last visit's
+            # (a "deal of the day"): they neither date the change nor say anything of the host's.
+            if not visit.redirected:
+                modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
+                self._audit_validators(page, visit, changed)
             observe(page.stats, interval_days, changed, self.half_life_days, modified_ago, resolution=1.0 / DAY)
             page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
             page.changes += changed

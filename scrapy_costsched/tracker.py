@@ -1200,7 +1200,8 @@ class Tracker:
         if target == key or page is None or not self.pages.known(target):
             return False
         page.gone, page.moved_to = True, request.url
-        page.not_before = self.now() + GONE_RECHECK_PERIODS * self.config.budget_period
+        page.last_attempt = self.now()
+        page.not_before = page.last_attempt + GONE_RECHECK_PERIODS * self.config.budget_period
         self.pages.changed(key, page)
         self.accounts.moved(key, target)
         if key in self._unrecorded_bytes:
@@ -1212,6 +1213,22 @@ class Tracker:
                               page.url, request.url, GONE_RECHECK_PERIODS, level=logging.INFO):
             logger.debug("costsched: %s moved permanently to %s", page.url, request.url)
         return True
+
+    def redirected_to_fetched(self, key: str) -> None:
+        """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as
+        Scrapy's duplicate filter drops it): a login wall, a "deal of the day". The page was visited now and
+        its content is that page's; nothing was seen of its own changes. Its last visit moves on, so it is not
+        planned again as a page never visited."""
+        self.stats.inc_value("costsched/redirected_to_fetched")
+        page = self.page(key)
+        if page is None or self.store is None:
+            return
+        page.last_visit = page.last_attempt = self.now()
+        page.visits += 1
+        page.consecutive_failures = page.gone_strikes = 0
+        page.gone, page.not_before, page.moved_to = False, None, None
+        self.accounts.observed(key, page.host, page.page_type, "redirected")
+        self.pages.changed(key, page)
 
     def _gone(self, key: str, page: PageState, when: float) -> None:
         """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure."""

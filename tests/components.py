@@ -53,9 +53,10 @@ class Run:
         return self.crawler.stats.get_stats()
 
     def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None,
-              downloaded: Callable[[], None] | None = None, headers: dict[str, str] | None = None) -> list[Any]:
-        """Fetch *url* once (answered with *headers*): its callback yields *outputs*; returns the items the
-        pipeline let through.
+              downloaded: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
+              landed: str | None = None) -> list[Any]:
+        """Fetch *url* once (answered with *headers*, from *landed* if a redirect led there): its callback yields
+        *outputs*; returns the items the pipeline let through.
 
         With *downloaded*, the answer leaves the downloader as in a crawl (it is metered), and
         *downloaded* is called before the spider gets it.
@@ -65,7 +66,7 @@ class Run:
         key = self.tracker.fingerprint(request)
         self.tracker.sighting(request, key)
         request.meta["costsched_page"] = key
-        response = HtmlResponse(url, body=b"<html></html>", headers=headers, request=request)
+        response = HtmlResponse(landed or url, body=b"<html></html>", headers=headers, request=request)
         if downloaded is not None:
             for signal, args in ((signals.response_downloaded, {"response": response}),
                                  (signals.request_left_downloader, {})):

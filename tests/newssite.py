@@ -121,7 +121,8 @@ class NewsSite:
     * ``/story/<id>``: article *id* once it has moved (from the time *moves* gives for it on): its section
       then links there, and ``/article/<id>`` answers 301 to it.
     * ``/offsite``: a page, linked from the front page on the other host name.
-    * ``/featured`` (with *featured*, which the front page then links): 302 to the oldest article section 0 lists.
+    * ``/featured`` (with *featured*, which the front page then links): 302 to the oldest article section 0 lists;
+      and a login wall: ``/members/<n>`` (n = 1 to 3, linked the same way) answer 302 to ``/login``.
 
     Article and section pages send ``Last-Modified`` and honour ``If-Modified-Since``; ``Date`` is the
     simulated time. Requests are counted per path (:attr:`hits`, :attr:`offsite_hits`) and in total.
@@ -278,11 +279,16 @@ class NewsSite:
             links = "\n".join(f'<li><a class="section" href="/section/{s}">{_section_name(s)}</a></li>'
                               for s in range(self.sections))
             offsite = f'<p><a class="offsite" href="{self.offsite_url}/offsite">Partner site</a></p>'
-            featured = '<p><a class="featured" href="/featured">Featured</a></p>' if self.featured else ""
+            featured = "".join(f'<p><a class="featured" href="{path}">{path}</a></p>' for path in (
+                "/featured", "/members/1", "/members/2", "/members/3")) if self.featured else ""
             body = f'<h1>Loopback News</h1>\n<ul class="sections">\n{links}\n</ul>\n{offsite}{featured}'
             return _Page(200, _html("Loopback News", body))
         if path == "/featured" and self.featured:
             return _Page(302, location=self.path_at(self.listing_at(0, t)[-1], t))
+        if path in ("/members/1", "/members/2", "/members/3") and self.featured:
+            return _Page(302, location="/login")
+        if path == "/login" and self.featured:
+            return _Page(200, _html("Log in", "<h1>Log in</h1>"))
         if path == "/offsite":
             return _Page(200, _article_html(0, -1, "Partner story", _iso(self.start), "Hosted elsewhere."))
         m = _ROUTE.fullmatch(path)

@@ -85,6 +85,23 @@ def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: p
                        "not trusted for a while (costsched/etag/contradicts counts each such answer)")]
 
 
+def test_a_redirected_answer_s_dates_and_etags_do_not_audit_its_host(runs: Any) -> None:
+    """A "deal of the day" redirects to another product each day, and two products may share a date: its record
+    changes while the Last-Modified it gets stays, which says nothing of the host's dates."""
+    deal = "http://shop.example/deal"
+    headers = {"Last-Modified": "Sun, 01 Nov 2026 12:00:00 GMT", "Date": "Mon, 30 Nov 2026 12:00:00 GMT",
+               "ETag": '"same"'}
+    for product in range(1, 4):  # the baseline, then a change on each of two days
+        run = runs()
+        run.visit(deal, [Product(deal, float(product))], headers=headers, landed=f"http://shop.example/p/{product}")
+    assert run.page(deal).changes == 2
+    audits = [name for name in run.stats if name.startswith(("costsched/last_modified/", "costsched/etag/"))]
+    assert audits == []
+    host = run.tracker.hosts.of("shop.example")
+    assert not host.etag.probation
+    assert not run.tracker.hosts.last_modified_trust("shop.example").probation
+
+
 def test_the_refit_pools_the_new_links_a_group_revealed_into_its_hub_prior(tmp_path: Path) -> None:
     """Product pages that link out (to their brand, a print view) but never to a new page: once a refit has
     seen the group, a product page is priced as revealing almost nothing, not the first prior's half a page a

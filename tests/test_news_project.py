@@ -307,15 +307,28 @@ def test_a_page_that_moved_permanently_is_retired_and_fetched_once_a_run_at_its_
 
 def test_a_page_a_temporary_redirect_reached_is_fetched_once_a_run(tmp_path: Path) -> None:
     """The front page's ``/featured`` answers 302 to an article its section links too, known from earlier
-    runs. As Scrapy's duplicate filter lets a URL out once, each budgeted run fetches that article once: by
-    its own URL (then the redirect to it is not followed) or as the redirect's target (then it is not
-    re-issued from the plan)."""
+    runs, and three members' pages 302 to ``/login``. As Scrapy's duplicate filter lets a URL out once, each
+    run fetches the article and the login page once: the article by its own URL (then the redirect to it is
+    not followed) or as the redirect's target (then it is not re-issued from the plan). A redirect not
+    followed still ends its page's visit: the members' pages are not planned again as never visited."""
     with NewsSite(tmp_path / "clock", sections=3, featured=True) as site:
         for day in range(4):
             site.set_day(day)
             site.reset_counts()
             result = run_news(site, tmp_path / "crawl", budget=None if day == 0 else 200, tag=f"day{day}")
             assert result.returncode == 0, result.log[-3000:]
+            # Every visit ended one of the ways the summary names (a redirect not followed among them).
+            summary = next(line for line in result.log.splitlines() if "run finished" in line)
+            head, tail = summary.split(" visits: ", 1)
+            ends = re.sub(r"\(\d+ of them 304s\)", "", tail.split(" failed", 1)[0])
+            assert int(head.rsplit(" ", 1)[1]) == sum(int(n) for n in re.findall(r"\d+", ends)), summary
+            # The redirecting page was visited, its redirect followed or not: it is not left "never visited".
+            stored = {page["url"]: page for page in read_state(tmp_path / "crawl" / "state.sqlite")["pages"].values()}
+            for path in ("/featured", "/members/1", "/members/2", "/members/3"):
+                assert stored[site.url + path]["last_visit"] == site.now(), (day, path)
+                assert stored[site.url + path]["visits"] == day + 1
+            assert site.hits.get("/login") == 1  # the login wall: one page, fetched once a run
+            assert result.stats["costsched/redirected_to_fetched"] >= 2  # in shadow mode too
             if day == 0:
                 continue
             featured = site.listing_at(0, site.now())[-1]
@@ -326,8 +339,3 @@ def test_a_page_a_temporary_redirect_reached_is_fetched_once_a_run(tmp_path: Pat
             assert ids.count(featured.id) <= 1  # unchanged items may be dropped
             assert len(ids) == len(set(ids))
             assert result.stats["costsched/skipped/duplicate"] >= 1
-            # Every visit ended one of the ways the summary names (a redirect not followed among them).
-            summary = next(line for line in result.log.splitlines() if "run finished" in line)
-            head, tail = summary.split(" visits: ", 1)
-            ends = re.sub(r"\(\d+ of them 304s\)", "", tail.split(" failed", 1)[0])
-            assert int(head.rsplit(" ", 1)[1]) == sum(int(n) for n in re.findall(r"\d+", ends)), summary

@@ -70,6 +70,7 @@ class Figures:
     not_modified: int = 0
     failed: int = 0
     gone: int = 0
+    redirected: int = 0
     no_change: int = 0
     no_change_cost: float = 0.0
     no_change_share: float | None = None
@@ -90,6 +91,7 @@ class Figures:
             new=round(total["baseline"] + total["rebaseline"]), changed=round(total["changed"]),
             unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
             failed=round(total["failed"] + total["empty"]), gone=round(total["not_found"] + total["gone"]),
+            redirected=round(total["redirected"]),
             no_change=round(sum(total[name] for name in NO_CHANGE)),
             no_change_cost=sum(total[f"{name}/cost"] for name in NO_CHANGE),
         )

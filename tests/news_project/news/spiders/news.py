@@ -1,6 +1,7 @@
 """The ``news`` spider: the front page leads to sections, sections to articles, articles yield :class:`Article` items.
 
-A front page's featured link (a redirect to an article, on a site with ``featured``) is followed as an article.
+A front page's featured links (redirects to an article or a login page, on a site with ``featured``) are followed
+as articles.
 
 Arguments (``-a name=value``):
 
@@ -74,7 +75,7 @@ class NewsSpider(scrapy.Spider):
         callback = (lambda r: self.parse_section(r)) if self.lambdas else self.parse_section
         for href in response.css("a.section::attr(href)").getall():
             yield response.follow(href, callback=callback, meta={"costsched_page_type": "section"})
-        for href in response.css("a.featured::attr(href)").getall():  # a redirect to an article
+        for href in response.css("a.featured::attr(href)").getall():  # redirects
             yield response.follow(href, callback=self.parse_article, meta={"costsched_page_type": "article"})
         if self.offsite:
             for href in response.css("a.offsite::attr(href)").getall():
