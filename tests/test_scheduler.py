@@ -108,10 +108,11 @@ def test_unreadable_date_headers_are_counted_and_the_visits_still_recorded(edge_
 def test_unreadable_stored_audits_restart_that_hosts_audits_only(edge_site: EdgeSite, tmp_path: Path) -> None:
     edge_site.page_headers = {"Last-Modified": "Sun, 01 Nov 2026 12:00:00 GMT", "Date": "Mon, 30 Nov 2026 12:00:00 GMT"}
     runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
-    assert runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")["costsched/last_modified/agrees"] == 4
+    # page/1, flaky/2 and page/4 (redirect/3's answer comes from page/3: its dates are not the page's to audit)
+    assert runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")["costsched/last_modified/agrees"] == 3
     state = tmp_path / "state.sqlite"
     row = read_state(state)["meta"]["host:127.0.0.1"]
-    assert row["last_modified"] == [4, 0, 0]
+    assert row["last_modified"] == [3, 0, 0]
     with sqlite3.connect(state) as conn:
         conn.execute('''UPDATE "costsched" SET value = ? WHERE key = ?''',
                      (json.dumps({**row, "last_modified": "lots"}), "meta:host:127.0.0.1"))
@@ -123,7 +124,7 @@ def test_unreadable_stored_audits_restart_that_hosts_audits_only(edge_site: Edge
     assert stats["costsched/storage/unreadable_trust"] == 1
     assert stats["costsched/unchanged"] == 4  # nothing recorded is lost
     meta = read_state(state)["meta"]
-    assert meta["host:127.0.0.1"]["last_modified"] == [4, 0, 0]
+    assert meta["host:127.0.0.1"]["last_modified"] == [3, 0, 0]
     assert meta["host:other.example"] == {"last_modified": [5, 0, 0]}  # moved into its own row
     assert meta["last_modified_trust"] is None
 
