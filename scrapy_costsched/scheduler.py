@@ -457,10 +457,12 @@ class CostAwareScheduler(BaseScheduler):
         lets a URL out once: a redirect to a page that went out already is dropped, and a page a redirect
         reached is not re-issued from the plan.
         """
-        hop_of: str | None = None  # the page whose visit a redirect to another page went on with
+        hop = False  # a redirect to another page, not a retry after one
+        hop_of: str | None = None  # the page whose visit it goes on with (none once the page moved there)
         if "redirect_urls" in request.meta and not request.meta.get(SUBREQUEST_META):
             page, target = request.meta[PAGE_META], self.tracker.fingerprint(request)
-            if target != page and self._redirected_to.get(target) != page:  # a hop, not a retry after one
+            hop = target != page and self._redirected_to.get(target) != page
+            if hop:
                 if self.tracker.moved(page, request, target):
                     request.meta[PAGE_META] = target
                 else:
@@ -473,7 +475,7 @@ class CostAwareScheduler(BaseScheduler):
         if not self.budgeted:
             if self.fallback.enqueue_request(request):
                 return True
-            if hop_of is not None:  # Scrapy's duplicate filter dropped it (shadow mode is plain Scrapy)
+            if hop:  # Scrapy's duplicate filter dropped it (shadow mode is plain Scrapy)
                 self._redirect_not_followed(hop_of)
             return False
         cost = self.tracker.planned_cost(request.meta)
