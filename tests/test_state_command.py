@@ -157,7 +157,9 @@ def test_show_refuses_a_url_that_is_not_in_the_state(history: tuple[NewsSite, Pa
     site, state = history
     error = one_line_error(costsched_state(site, "show", f"{site.url}/article/999999", "--state", str(state),
                                            ok=False))
-    assert error == f"{site.url}/article/999999 is not a page of the costsched state {str(state)!r}"
+    assert error == (f"{site.url}/article/999999 is not a page of the costsched state {str(state)!r} (pages are "
+                     "the requests the spider yields; a URL reached only through a redirect is part of the visits "
+                     "of the pages that redirect to it)")
 
 
 def test_export_then_import_then_export_is_identical_and_the_import_crawls_on(

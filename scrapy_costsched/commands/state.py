@@ -85,7 +85,9 @@ class Command(StateCommand):
             tracker = reading_tracker(state, store)
             found = _find_page(store, tracker, url)
             if found is None:
-                raise UsageError(f"{url} is not a page of the costsched state {state.uri!r}", print_help=False)
+                raise UsageError(f"{url} is not a page of the costsched state {state.uri!r} (pages are the requests "
+                                 "the spider yields; a URL reached only through a redirect is part of the visits "
+                                 "of the pages that redirect to it)", print_help=False)
             description = describe(tracker, *found)
         finally:
             store.close()
