@@ -469,28 +469,20 @@ class CostAwareScheduler(BaseScheduler):
                     self._redirected_to[target] = hop_of = page
                 if self.budgeted and target in self._dispatched:
                     self.stats.inc_value("costsched/skipped/duplicate")
-                    self._redirect_not_followed(hop_of)
+                    self.tracker.redirected_to_fetched(hop_of)
                     return False
                 self._dispatched.add(target)
         if not self.budgeted:
             if self.fallback.enqueue_request(request):
                 return True
             if hop:  # Scrapy's duplicate filter dropped it (shadow mode is plain Scrapy)
-                self._redirect_not_followed(hop_of)
+                self.tracker.redirected_to_fetched(hop_of)
             return False
         cost = self.tracker.planned_cost(request.meta)
         if cost > self.tracker.ledger.remaining():
             self.stats.inc_value("costsched/skipped/budget")
             return False
         return self._pass_on(request, cost, "costsched/attempts/extra")
-
-    def _redirect_not_followed(self, page: str | None) -> None:
-        """A visit ended in a redirect to a page this run fetched already: the page's visit, unless it moved
-        there (then it is retired already)."""
-        if page is None:
-            self.stats.inc_value("costsched/redirected_to_fetched")
-        else:
-            self.tracker.redirected_to_fetched(page)
 
     def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
         held = cost if key in self._planned and key in self.tracker.yield_only else 0.0

@@ -1214,14 +1214,15 @@ class Tracker:
             logger.debug("costsched: %s moved permanently to %s", page.url, request.url)
         return True
 
-    def redirected_to_fetched(self, key: str) -> None:
+    def redirected_to_fetched(self, key: str | None) -> None:
         """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as
         Scrapy's duplicate filter drops it): a login wall, a "deal of the day". The page was visited now and
         its content is that page's; nothing was seen of its own changes. Its last visit moves on, so it is not
-        planned again as a page never visited."""
+        planned again as a page never visited. *key* is ``None`` for a page that moved there (:meth:`moved`
+        retired it already)."""
         self.stats.inc_value("costsched/redirected_to_fetched")
-        page = self.page(key)
-        if page is None or self.store is None:
+        page = None if key is None else self.page(key)
+        if key is None or page is None or self.store is None:
             return
         page.last_visit = page.last_attempt = self.now()
         page.visits += 1
