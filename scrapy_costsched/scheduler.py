@@ -208,12 +208,12 @@ class CostAwareScheduler(BaseScheduler):
         self._waiting: dict[str, deque[Request]] = {}
         self._frozen = False
         crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         tracker = Tracker.of(crawler)
         check_revisit_settings(crawler.settings)
-        check_http_cache(crawler.settings, tracker.config.budget_period)
         fallback_cls = load_object(tracker.config.fallback_scheduler)
         if fallback_cls is cls or not issubclass(fallback_cls, BaseScheduler):
             raise ValueError(f"COSTSCHED_FALLBACK_SCHEDULER ({tracker.config.fallback_scheduler!r}) must be a "
@@ -240,6 +240,10 @@ class CostAwareScheduler(BaseScheduler):
         planned.addCallback(self._freeze)
         planned.addCallback(lambda _: self.fallback.open(spider))
         return planned
+
+    def _spider_opened(self) -> None:
+        """Warn about the HTTP cache once the spider is open, where Scrapy 2.14 and later count log_count/WARNING from."""
+        check_http_cache(self.crawler.settings, self.config.budget_period)
 
     def _freeze(self, _: None) -> None:
         """Take what is alive once the plan is made out of the cyclic garbage collector's sight.

@@ -236,11 +236,6 @@ class Tracker:
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
         if carried is not None:
             self._log_carried(carried)
-        if self.billing.unit == "bytes":
-            for gap in compression_gaps(self.crawler.settings):
-                logger.warning("costsched: billing by the byte, but %s", gap)
-        if self._unstorable:
-            self._warn_unstorable(sorted(self._unstorable))
 
     def _log_carried(self, carried: Carried) -> None:
         previous, unit = carried.previous, self.billing.unit
@@ -298,13 +293,24 @@ class Tracker:
 
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
-        if self.store is not None and not self.scheduled:  # the engine opens its scheduler first
-            logger.warning("costsched: SCHEDULER is %s, not scrapy_costsched.CostAwareScheduler: no visit is recorded "
-                           "and no budget applies; enable the add-on (ADDONS) or set SCHEDULER as docs/usage.md shows",
-                           self.crawler.settings.get("SCHEDULER"))
+        if self.store is not None:
+            self._warn_about_setup()
         if self.store is not None and self.config.log_interval and _reactor_running():
             self._progress = LoopingCall(self._log_progress)
             self._progress.start(self.config.log_interval, now=False)
+
+    def _warn_about_setup(self) -> None:
+        """What the crawl's set-up keeps from working, said once the spider is open rather than when the state
+        opens: Scrapy 2.14 and later count ``log_count/WARNING`` from then on, and monitoring reads that count."""
+        if not self.scheduled:  # the engine opens its scheduler first
+            logger.warning("costsched: SCHEDULER is %s, not scrapy_costsched.CostAwareScheduler: no visit is recorded "
+                           "and no budget applies; enable the add-on (ADDONS) or set SCHEDULER as docs/usage.md shows",
+                           self.crawler.settings.get("SCHEDULER"))
+        if self.billing.unit == "bytes":
+            for gap in compression_gaps(self.crawler.settings):
+                logger.warning("costsched: billing by the byte, but %s", gap)
+        if self._unstorable:
+            self._warn_unstorable(sorted(self._unstorable))
 
     def _log_progress(self) -> None:
         """A line every ``COSTSCHED_LOG_INTERVAL``, as Scrapy's LogStats writes its own: the spend so far and

@@ -312,6 +312,7 @@ def test_byte_billing_warns_when_responses_could_be_smaller(healthy: ThrottlingS
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1MB",
                         "COMPRESSION_ENABLED=False", pages=2)
     assert "billing by the byte, but COMPRESSION_ENABLED is False" in stats["_log"]
+    assert stats["log_count/WARNING"] == stats["_log"].count("] WARNING: ")  # counted where monitoring reads it
     stats = crawl_pages(tmp_path, [healthy], "COSTSCHED_BUDGET=100", pages=2)
     assert "billing by the byte" not in stats["_log"]
     # With compression on, only encodings Scrapy does not offer are warned about (Scrapy 2.19 offers all four).

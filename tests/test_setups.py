@@ -115,6 +115,8 @@ def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     warning = next(line for line in second.log.splitlines() if "HTTP cache" in line)
     assert "keeps pages for ever" in warning
     assert "HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD" in warning
+    # Counted where monitoring reads warnings: every WARNING line of the log, this one included.
+    assert second.stats["log_count/WARNING"] == second.log.count("] WARNING: ")
 
 
 def test_jobdir_disk_queues_keep_every_reservation(crawls: Crawls) -> None:
@@ -151,6 +153,7 @@ def test_a_request_is_not_reissued_without_what_its_meta_carried(crawls: Crawls)
     assert "/page/1" not in second.hits
     assert "spider_exceptions/KeyError" not in second.stats
     assert "'SetupsSpider.parse_carried'" in second.log  # named again at start
+    assert second.stats["log_count/WARNING"] == second.log.count("] WARNING: ")  # that warning counted
 
 
 def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> None:
