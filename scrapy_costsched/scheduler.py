@@ -22,10 +22,19 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
+from scrapy_costsched.ledger import HOLD_META
 from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
-from scrapy_costsched.visits import PAGE_META, REASON_META, SUBREQUEST_META, VISIT_META
+from scrapy_costsched.visits import (
+    NOT_MODIFIED_META,
+    PAGE_META,
+    REASON_META,
+    REFETCH_META,
+    SUBREQUEST_META,
+    VALIDATORS_META,
+    VISIT_META,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -91,6 +100,11 @@ def check_http_cache(settings: BaseSettings, budget_period: float) -> None:
             "get the cached copy and see no change; set HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD "
             "(%g s) or turn the cache off for recurring crawls.", policy.__name__,
             "ever" if expiration <= 0 else f"{expiration} s", budget_period)
+
+
+#: What this add-on puts in a request's meta for one run's visit: a stopped run's, left in a disk queue, go.
+_VISIT_META_KEYS = (PAGE_META, VISIT_META, REASON_META, SUBREQUEST_META, HOLD_META, VALIDATORS_META, REFETCH_META,
+                    NOT_MODIFIED_META)
 
 
 class PlannedVisitsPass(BaseDupeFilter):
@@ -538,6 +552,10 @@ class CostAwareScheduler(BaseScheduler):
                     del self._waiting[host]
                 return waited
         while (request := self.fallback.next_request()) is not None:
+            if not self.tracker.visits.issued(request.meta.get(VISIT_META)):
+                request = self._resumed(request)
+                if request is None:
+                    continue
             if self._sank(request):
                 continue
             wait = self.tracker.health.blocked_for(request)
@@ -550,6 +568,31 @@ class CostAwareScheduler(BaseScheduler):
             self._waiting.setdefault(host, deque()).append(request)
             self.stats.inc_value(f"costsched/hosts/{host}/held")
         return None
+
+    def _resumed(self, request: Request) -> Request | None:
+        """A request a stopped run left in the wrapped scheduler's disk queue (``JOBDIR``), offered to this run
+        as the spider's own requests are; ``None`` if it does not go out now.
+
+        Its visit, reservation and place in the plan were that run's. A first attempt is planned again: a page
+        the plan re-issued already, or left out, is dropped. A retry, a redirect or a sub-request belongs to a
+        visit that ended with that run: dropped, its page is planned as any other.
+        """
+        meta = request.meta
+        attempt = meta.get(SUBREQUEST_META) or "redirect_urls" in meta or "retry_times" in meta
+        for name in _VISIT_META_KEYS:
+            meta.pop(name, None)
+        self.stats.inc_value("costsched/resumed")
+        if attempt:
+            self.stats.inc_value("costsched/skipped/resumed_attempt")
+            return None
+        if self.budgeted:
+            self.enqueue_request(request)
+            return None
+        # Shadow mode sends what plain Scrapy would, past a duplicate filter that saw it in that run.
+        key = self.tracker.fingerprint(request)
+        page, _ = self.tracker.sighting(request, key)
+        self.tracker.admitted(request, key, "discovery" if page.last_visit is None else "refresh")
+        return request
 
     def _top_up(self) -> bool:
         """Move the best new URLs, then the next planned pages, into the wrapped scheduler."""

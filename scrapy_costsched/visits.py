@@ -11,7 +11,7 @@ signal carries, so a pipeline that returns a new item object loses nothing.
 
 from __future__ import annotations
 
-import itertools
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,14 +84,21 @@ class VisitBook:
     """Open visits by token, and the items in flight of each."""
 
     def __init__(self) -> None:
-        self._tokens = itertools.count(1)
+        # From a random number: a request a stopped run left in a disk queue (JOBDIR) carries that run's
+        # token, which this run must not take for one of its own (:meth:`issued`).
+        self._first_token = self._next_token = secrets.randbits(48)
         self._open: dict[int, Visit] = {}
         self._opened_pages: set[str] = set()
         self._responses: dict[int, _ResponseItems] = {}
         self._items: dict[int, int] = {}  # id(item) -> id(response), for the objects the spider yielded
 
     def new_token(self) -> int:
-        return next(self._tokens)
+        self._next_token += 1
+        return self._next_token - 1
+
+    def issued(self, token: Any) -> bool:
+        """Whether this run gave out *token*."""
+        return isinstance(token, int) and self._first_token <= token < self._next_token
 
     def start(self, key: str, token: int, time: float) -> Visit | None:
         """Open the visit of page *key*; ``None`` if the page was already visited in this run."""

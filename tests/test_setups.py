@@ -311,3 +311,42 @@ def test_a_budget_lowered_below_the_period_s_spend_leaves_nothing_and_says_so(cr
     raised = crawls.run("COSTSCHED_BUDGET=8", paths=paths, day=1.3)
     assert raised.stats["costsched/spent"] == 2
     assert "budget 8 requests per period, 2 requests left in this period" in raised.log
+
+
+def test_a_resumed_jobdir_crawl_spends_within_the_budget_and_fetches_each_page_once(crawls: Crawls) -> None:
+    """A crawl stopped early with JOBDIR leaves its admitted requests in the disk queue. Resumed, they
+    are offered to the plan again, as the spider's own requests are: not sent past the budget, nor next
+    to the same pages re-issued from the plan, and their reservations and visits are this run's."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    crawls.run("COSTSCHED_BUDGET=50", paths=paths)
+    jobdir, budget = f"JOBDIR={crawls.tmp / 'job'}", "COSTSCHED_BUDGET=6"
+    stopped = crawls.run(budget, jobdir, "CLOSESPIDER_PAGECOUNT=2", "CONCURRENT_REQUESTS=1", paths="", day=2.0)
+    assert "Closing spider (closespider_pagecount)" in stopped.log
+    assert stopped.stats["costsched/unsent_at_close"] >= 1  # admitted, left in the disk queue
+    resumed = crawls.run(budget, jobdir, paths="", day=2.2)  # the same budget period
+    assert "Resuming crawl" in resumed.log
+    pages = [path for run in (stopped, resumed) for path, n in run.hits.items() for _ in range(n)
+             if path.startswith("/page/")]
+    assert len(pages) == len(set(pages)) == 4  # the period's budget: robots.txt in each run and four pages
+    assert resumed.stats["costsched/period_spent"] == 6
+    assert resumed.stats["costsched/resumed"] >= 1
+    assert "costsched/duplicate_fetch" not in resumed.stats
+    outcomes = sum(resumed.stats.get(f"costsched/{outcome}", 0) for outcome in ("baseline", "changed", "unchanged"))
+    assert outcomes == resumed.stats["costsched/visits"] == len(resumed.hits) - ("/robots.txt" in resumed.hits)
+
+
+def test_a_resumed_jobdir_crawl_in_shadow_mode_sends_what_plain_scrapy_would_as_visits_of_its_own(
+        crawls: Crawls) -> None:
+    """Without a budget the requests left in the disk queue go out as they would without the add-on, each a
+    visit of this run: the stopped run's visit numbers in their meta must not pass for this run's."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    jobdir = f"JOBDIR={crawls.tmp / 'job'}"
+    stopped = crawls.run(jobdir, "CLOSESPIDER_PAGECOUNT=2", "CONCURRENT_REQUESTS=1", paths=paths)
+    resumed = crawls.run(jobdir, paths=paths, day=1.2)
+    assert "Resuming crawl" in resumed.log
+    pages = [path for run in (stopped, resumed) for path, n in run.hits.items() for _ in range(n)
+             if path.startswith("/page/")]
+    assert sorted(pages) == sorted(set(pages)) == paths.split(",")  # each page once, as plain Scrapy would
+    assert resumed.stats["costsched/resumed"] == len(resumed.hits) - ("/robots.txt" in resumed.hits)
+    assert "costsched/duplicate_fetch" not in resumed.stats
+    assert resumed.stats["costsched/baseline"] == resumed.stats["costsched/visits"] == resumed.stats["costsched/resumed"]
