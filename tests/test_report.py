@@ -82,7 +82,8 @@ def test_each_period_matches_its_crawl(history: History) -> None:
         assert figures["visits"] == stats["costsched/visits"]
         assert figures["by_reason"] == {reason: stats[f"costsched/visits/{reason}"]
                                         for reason in ("discovery", "refresh") if f"costsched/visits/{reason}" in stats}
-        assert figures["new"] == stats.get("costsched/baseline", 0) + stats.get("costsched/rebaseline", 0)
+        assert figures["new"] == stats.get("costsched/baseline", 0)
+        assert figures["rebaselined"] == stats.get("costsched/rebaseline", 0)
         assert figures["changed"] == stats.get("costsched/changed", 0)
         # The crawl's "unchanged" stat counts 304s too.
         assert figures["no_change"] == stats.get("costsched/unchanged", 0)

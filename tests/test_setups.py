@@ -350,3 +350,14 @@ def test_a_resumed_jobdir_crawl_in_shadow_mode_sends_what_plain_scrapy_would_as_
     assert resumed.stats["costsched/resumed"] == len(resumed.hits) - ("/robots.txt" in resumed.hits)
     assert "costsched/duplicate_fetch" not in resumed.stats
     assert resumed.stats["costsched/baseline"] == resumed.stats["costsched/visits"] == resumed.stats["costsched/resumed"]
+
+
+def test_the_report_tells_re_baselined_pages_from_new_ones(crawls: Crawls) -> None:
+    """Ignoring a field re-baselines the known pages: neither new nor changed, in the report as in the log."""
+    crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/page/2")
+    second = crawls.run("COSTSCHED_BUDGET=10", 'COSTSCHED_IGNORE_FIELDS=["title"]', paths="/page/1,/page/2,/page/3")
+    assert "1 new pages" in second.log
+    assert "2 re-baselined" in second.log
+    periods = json.loads(crawls.report("--json"))["periods"]
+    assert [(p["figures"]["new"], p["figures"]["rebaselined"]) for p in periods] == [(2, 0), (1, 2)]
+    assert "; 2 re-baselined (not new, not comparable with their last record" in crawls.report()

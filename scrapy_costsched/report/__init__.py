@@ -65,6 +65,7 @@ class Figures:
     attempts: int = 0
     spent: float = 0.0
     new: int = 0
+    rebaselined: int = 0
     changed: int = 0
     unchanged: int = 0
     not_modified: int = 0
@@ -88,7 +89,7 @@ class Figures:
             by_reason={name.removeprefix("visits/"): round(amount) for name, amount in sorted(total.items())
                        if name.startswith("visits/")},
             attempts=round(total["attempts"]), spent=total["spent"],
-            new=round(total["baseline"] + total["rebaseline"]), changed=round(total["changed"]),
+            new=round(total["baseline"]), rebaselined=round(total["rebaseline"]), changed=round(total["changed"]),
             unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
             failed=round(total["failed"] + total["empty"]), gone=round(total["not_found"] + total["gone"]),
             redirected=round(total["redirected"]),
@@ -97,7 +98,7 @@ class Figures:
         )
         compared = figures.no_change + figures.changed
         figures.no_change_share = figures.no_change / compared if compared else None
-        answered = compared + figures.new
+        answered = compared + figures.new + figures.rebaselined
         figures.not_modified_share = figures.not_modified / answered if answered else None
         figures.cost_per_change = figures.spent / figures.changed if figures.changed else None
         return figures

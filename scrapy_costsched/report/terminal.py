@@ -74,7 +74,9 @@ def render_terminal(report: Report) -> str:
               _no_change(p.figures), amount(p.figures.no_change_cost, unit), p.figures.not_modified]
              for p in report.periods],
         ) + "visits by reason: " + (", ".join(f"{reason} {count}" for reason, count in report.totals.by_reason.items())
-                                    or "none yet") + "\n",
+                                    or "none yet")
+        + (f"; {report.totals.rebaselined} re-baselined (not new, not comparable with their last record: the hash "
+           "configuration changed, or a redirect began or ended)" if report.totals.rebaselined else "") + "\n",
         _table(
             "Hosts",
             "over the periods above; 304s: share of answers; rate: changes a day, median (10th-90th pct.)",
