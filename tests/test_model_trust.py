@@ -67,3 +67,17 @@ def test_counts_round_trip_and_bad_counts_are_refused() -> None:
     for bad in ([1, 2], [1, -1, 0], ["1", 0, 0], [True, 0, 0], {"agrees": 1}, None):
         with pytest.raises(ValueError, match="malformed validator audit counts"):
             SignalTrust.from_json(bad)
+
+
+def test_contradictions_during_a_probation_restart_it_without_doubling_it() -> None:
+    """One crawl whose every page contradicts (a timestamp field, ignored since) is one strike: the host
+    earns its trust back after one probation once its records are hashed right, not after thousands of audits."""
+    trust = SignalTrust(agrees=50)
+    for _ in range(100):
+        trust.audit(changed=True, moved=False, age=30.0, interval=1.0)
+    assert (trust.contradicts, trust.strikes, trust.probation) == (100, 1, PROBATION_AUDITS)
+    for _ in range(PROBATION_AUDITS - 1):
+        trust.audit(changed=False, moved=False, age=30.0, interval=1.0)
+        assert not trust.trusted
+    trust.audit(changed=False, moved=False, age=30.0, interval=1.0)
+    assert trust.trusted

@@ -13,7 +13,10 @@ trusted after :data:`TRUST_AFTER` agreeing audits, while volatile ones stay
 under :data:`VOLATILE_SHARE`; one contradiction ends the trust at once
 (design: "a false 304 stops trust at once"). The audits go on, so a host that
 fixes itself earns trust back, but only after a probation of
-:data:`PROBATION_AUDITS` audits that doubles with each contradiction.
+:data:`PROBATION_AUDITS` audits that doubles with each contradiction after one
+ended. A contradiction during a probation starts it again at its length: a
+single crawl whose every page contradicts (an item field that changes on every
+visit, later ignored) is one strike, not one per page.
 
 :class:`SignalTrust` keeps these counts for any validator a full response can
 be audited against: :mod:`~.validators` audits ETags with it too.
@@ -43,8 +46,8 @@ class SignalTrust:
     """One host's audits of one validator signal (its ETags or its Last-Modified dates).
 
     *contradicts* counts every contradiction ever seen; *strikes* the ones that
-    ended trust, and *probation* the audits still to pass before trust can be
-    earned again.
+    started a probation (not those that restarted one), and *probation* the
+    audits still to pass before trust can be earned again.
     """
 
     agrees: int = 0
@@ -75,12 +78,13 @@ class SignalTrust:
         return "volatile" if self.volatile > VOLATILE_SHARE * (self.agrees + self.volatile) else "learning"
 
     def count(self, verdict: str) -> str:
-        """Record one audit's *verdict*; a contradiction ends trust and starts a probation."""
-        if self.probation:
+        """Record one audit's *verdict*; a contradiction ends trust and starts a probation (again)."""
+        on_probation = self.probation > 0
+        if on_probation:
             self.probation -= 1
         if verdict == CONTRADICTS:
             self.contradicts += 1
-            self.strikes += 1
+            self.strikes += not on_probation
             self.agrees = self.volatile = 0
             self.probation = PROBATION_AUDITS * 2 ** min(self.strikes - 1, 10)
             return verdict
