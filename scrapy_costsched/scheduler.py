@@ -288,6 +288,9 @@ class CostAwareScheduler(BaseScheduler):
             ranking = list(map(itemgetter(1), head))
             reserve = max(remaining, 0.0) * self.config.reserve_discovery
             planned = self._plan_prefix(ranking, remaining - reserve)
+            robots = self.tracker.robots_cost({self.tracker.host_of(c.key) for c in planned})
+            if robots:
+                planned = self._plan_prefix(ranking, remaining - reserve - robots)
             self._ranking.extend(head)
             del head
             self._ranking.rest = rest
@@ -302,15 +305,15 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned.keys()))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
         # includes what the new pages planned hubs reveal are expected to cost.
-        self._discovery_allowance = max(remaining - planned_cost, 0.0)
+        self._discovery_allowance = max(remaining - planned_cost - robots, 0.0)
         self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        logger.info("costsched: %s; planned %d of %d ranked known pages, "
-                    "%.0f kept for discovery", self.tracker.ledger.left(), self._plan_end,
-                    len(self._ranking), self._discovery_allowance)
+        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %.0f kept for discovery",
+                    self.tracker.ledger.left(), self._plan_end, len(self._ranking),
+                    f" and {robots:g} for their hosts' robots.txt" if robots else "", self._discovery_allowance)
 
     def _within_capacity(self, head: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:
         """The head of the ranking without the visits its hosts' download slots cannot make in this run

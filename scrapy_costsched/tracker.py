@@ -715,6 +715,12 @@ class Tracker:
             return min(prior, self.config.budget.amount / 4)
         return prior
 
+    def robots_cost(self, hosts: set[str | None]) -> float:
+        """What the robots.txt requests RobotsTxtMiddleware sends this run to *hosts* will cost (one each, at the
+        price their reservations hold), when ``ROBOTSTXT_OBEY`` is on: a plan that leaves it out has its last
+        pages, or its new ones, crowded out by them."""
+        return len(hosts) * self._prior_cost() if self._obey_robots else 0.0
+
     def host_of(self, key: str) -> str | None:
         """The host of known page *key* as planning indexed it (``None`` if it is not indexed)."""
         profile = self.pages.profile(key)

@@ -173,13 +173,13 @@ class HeadSpider(Spider):
         pass
 
 
-def planned_scheduler(state: Path, budget: float,
-                      pages: Iterable[tuple[str, str, float, float]]) -> tuple[Crawler, CostAwareScheduler]:
+def planned_scheduler(state: Path, budget: float, pages: Iterable[tuple[str, str, float, float]],
+                      **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
     """A scheduler over a state that knows *pages* (URL, value tier, change rate, days since the last
     visit), opened and planned without an engine (the wrapped scheduler a :class:`ListScheduler`)."""
     crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
                                        "COSTSCHED_BUDGET": budget, "COSTSCHED_FALLBACK_SCHEDULER":
-                                       "tests.test_scheduler.ListScheduler"})
+                                       "tests.test_scheduler.ListScheduler", **settings})
     spider = crawler.spider = crawler._create_spider()
     store = SqliteDictStorage(state)
     store.open()
@@ -213,6 +213,19 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     assert scheduler._plan_end == head + 20
     assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
     scheduler.close("finished")
+
+
+def test_the_plan_pays_for_robots_txt_out_of_refreshes_not_out_of_the_discovery_reserve(tmp_path: Path) -> None:
+    """With ROBOTSTXT_OBEY (``startproject``'s default) a run's first request to a host fetches its robots.txt
+    first: planned for, it leaves the new pages the share the discovery reserve promises them."""
+    pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(20)]
+    _, ignoring = planned_scheduler(tmp_path / "ignoring.sqlite", 10, pages, ROBOTSTXT_OBEY=False)
+    _, obeying = planned_scheduler(tmp_path / "obeying.sqlite", 10, pages, ROBOTSTXT_OBEY=True)
+    assert ignoring._plan_end == 9  # the budget less the 10% discovery reserve
+    assert obeying._plan_end == 8  # ...less the host's robots.txt
+    assert obeying._discovery_allowance == ignoring._discovery_allowance == 1
+    for scheduler in (ignoring, obeying):
+        scheduler.close("finished")
 
 
 def test_templates_a_renamed_callback_broke_are_counted_and_warned_about_once(

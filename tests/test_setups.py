@@ -172,6 +172,8 @@ def test_drop_unchanged_works_behind_a_pipeline_returning_new_items(crawls: Craw
     crawls.run(*settings, paths="/page/1")
     second = crawls.run(*settings, paths="/page/1")
     assert second.stats["item_dropped_count"] == 1
+    # The feed (-o appends) holds the first run's item only: an item dropped as unchanged is not exported.
+    assert len((crawls.tmp / "items.jsonl").read_text().splitlines()) == 1
     assert second.stats["costsched/unchanged"] == 1
     assert "WARNING" not in second.log.split("costsched: run finished")[0].split("Spider opened")[-1]
 
