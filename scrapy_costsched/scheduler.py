@@ -102,7 +102,7 @@ def check_http_cache(settings: BaseSettings, budget_period: float) -> None:
             "ever" if expiration <= 0 else f"{expiration} s", budget_period)
 
 
-#: What this add-on puts in a request's meta for one run's visit: a stopped run's, left in a disk queue, go.
+#: What this add-on puts in a request's meta for one run's visit; stripped from those a stopped run left queued.
 _VISIT_META_KEYS = (PAGE_META, VISIT_META, REASON_META, SUBREQUEST_META, HOLD_META, VALIDATORS_META, REFETCH_META,
                     NOT_MODIFIED_META)
 
