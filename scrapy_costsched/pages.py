@@ -13,6 +13,7 @@ from scrapy.utils.request import request_from_dict
 
 from scrapy_costsched.model import ChangeStats, RateEstimate
 from scrapy_costsched.model.discovery import NewLinkStats
+from scrapy_costsched.visits import RUN_META
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,12 +24,10 @@ if TYPE_CHECKING:
 BODY_SHOWN = 120
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.
 #: ``depth`` is kept: a re-issued page keeps its depth, so ``DEPTH_LIMIT`` still applies to it.
-_TRANSIENT_META = frozenset({
-    "costsched_page", "costsched_visit", "costsched_subrequest", "costsched_reason", "costsched_hold",
+_TRANSIENT_META = RUN_META | {
     "download_latency", "download_slot", "redirect_reasons", "redirect_times", "redirect_ttl", "redirect_urls", "retry_times",
-    "download_timeout", "handle_httpstatus_all", "is_start_request", "costsched_validators", "costsched_refetch",
-    "costsched_not_modified",
-})
+    "download_timeout", "handle_httpstatus_all", "is_start_request",
+}
 
 
 #: Weight of the newest measurement in a running mean of bytes (the last ~10 visits dominate).

@@ -22,19 +22,10 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
-from scrapy_costsched.ledger import HOLD_META
 from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
-from scrapy_costsched.visits import (
-    NOT_MODIFIED_META,
-    PAGE_META,
-    REASON_META,
-    REFETCH_META,
-    SUBREQUEST_META,
-    VALIDATORS_META,
-    VISIT_META,
-)
+from scrapy_costsched.visits import PAGE_META, REASON_META, RUN_META, SUBREQUEST_META, VISIT_META
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -100,11 +91,6 @@ def check_http_cache(settings: BaseSettings, budget_period: float) -> None:
             "get the cached copy and see no change; set HTTPCACHE_EXPIRATION_SECS below COSTSCHED_BUDGET_PERIOD "
             "(%g s) or turn the cache off for recurring crawls.", policy.__name__,
             "ever" if expiration <= 0 else f"{expiration} s", budget_period)
-
-
-#: What this add-on puts in a request's meta for one run's visit; stripped from those a stopped run left queued.
-_VISIT_META_KEYS = (PAGE_META, VISIT_META, REASON_META, SUBREQUEST_META, HOLD_META, VALIDATORS_META, REFETCH_META,
-                    NOT_MODIFIED_META)
 
 
 class PlannedVisitsPass(BaseDupeFilter):
@@ -582,7 +568,7 @@ class CostAwareScheduler(BaseScheduler):
         """
         meta = request.meta
         attempt = meta.get(SUBREQUEST_META) or "redirect_urls" in meta or "retry_times" in meta
-        for name in _VISIT_META_KEYS:
+        for name in RUN_META:
             meta.pop(name, None)
         self.stats.inc_value("costsched/resumed")
         if attempt:

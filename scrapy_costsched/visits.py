@@ -15,6 +15,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_costsched.ledger import HOLD_META
+
 if TYPE_CHECKING:
     from scrapy.http import Response
 
@@ -30,6 +32,10 @@ REFETCH_META = "costsched_refetch"
 NOT_MODIFIED_META = "costsched_not_modified"
 #: Request meta a spider sets to receive its 304s (``COSTSCHED_DELIVER_NOT_MODIFIED`` for every request).
 DELIVER_META = "costsched_deliver_not_modified"
+#: Every key the library sets on a request for one run's visit (the ledger's reservation among them): never
+#: part of a stored template, and stripped from a request a stopped run left in a disk queue (``JOBDIR``).
+RUN_META = frozenset({PAGE_META, VISIT_META, SUBREQUEST_META, REASON_META, HOLD_META, VALIDATORS_META, REFETCH_META,
+                      NOT_MODIFIED_META})
 
 
 @dataclass
