@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: A host's row in the state's meta: ``{kind: entry}``, and under ``bytes`` its groups' means.
 HOST_PREFIX = "host:"
+#: The group under which a host's robots.txt answers are measured (no page type has a '/'-led name).
+ROBOTS_TYPE = "/robots.txt"
 #: The rows that held one kind of entry for every host before a row per host, and that kind.
 _SHARED_ROWS = {"last_modified_trust": "last_modified", "host_validators": "validators", "host_bytes": "bytes",
                 "host_health": "health"}
@@ -48,7 +50,7 @@ class HostBook:
         self.stats = stats
         self.last_modified: dict[str, SignalTrust] = {}
         self.validators: dict[str, HostValidators] = {}
-        self.bytes: dict[str, MeanBytes] = {}  # by group (host|page type), and group|304
+        self.bytes: dict[str, MeanBytes] = {}  # by group (host|page type), and group|304; host|/robots.txt too
         self._groups: dict[str, set[str]] = {}  # each host's keys of bytes
         self.health: dict[str, HostHealth] = {}
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
@@ -144,11 +146,12 @@ class HostBook:
         self.bytes.setdefault(key, MeanBytes()).add(size)
 
     def mean_bytes(self, group: str | None, not_modified: bool) -> float | None:
-        """The mean bytes of one kind of answer for pages of *group*, or over every group (``None``)."""
+        """The mean bytes of one kind of answer for pages of *group*, or over every group of pages (``None``)."""
         if group is not None:
             mean = self.bytes.get(f"{group}|304" if not_modified else group)
             return mean.mean if mean is not None and mean.count else None
-        means = [m for g, m in self.bytes.items() if g.endswith("|304") == not_modified and m.count]
+        means = [m for g, m in self.bytes.items()
+                 if g.endswith("|304") == not_modified and not g.endswith(ROBOTS_TYPE) and m.count]
         count = sum(m.count for m in means)
         return sum(m.mean * m.count for m in means) / count if count else None
 
@@ -172,6 +175,19 @@ class HostBook:
             return False
         self.stats.inc_value(f"costsched/hosts/{host}/retry_after")
         return True
+
+    def add_robots_bytes(self, host: str, size: float) -> None:
+        """One answer's bytes for *host*'s robots.txt: what RobotsTxtMiddleware's request to it is planned at."""
+        self.add_bytes(f"{host}|{ROBOTS_TYPE}", False, size)
+
+    def robots_bytes(self, host: str) -> float | None:
+        """The mean bytes of *host*'s robots.txt answers, else of every host's (``None`` before any was measured)."""
+        mean = self.bytes.get(f"{host}|{ROBOTS_TYPE}")
+        if mean is not None and mean.count:
+            return mean.mean
+        means = [m for g, m in self.bytes.items() if g.endswith(ROBOTS_TYPE) and m.count]
+        count = sum(m.count for m in means)
+        return sum(m.mean * m.count for m in means) / count if count else None
 
     def blocked_for(self, host: str, now: float) -> float:
         """Seconds from epoch second *now* before *host* may be sent a request."""

@@ -719,7 +719,14 @@ class Tracker:
         """What the robots.txt requests RobotsTxtMiddleware sends this run to *hosts* will cost (one each, at the
         price their reservations hold), when ``ROBOTSTXT_OBEY`` is on: a plan that leaves it out has its last
         pages, or its new ones, crowded out by them."""
-        return len(hosts) * self._prior_cost() if self._obey_robots else 0.0
+        return sum(self._robots_price(host) for host in hosts) if self._obey_robots else 0.0
+
+    def _robots_price(self, host: str | None) -> float:
+        """What a request for *host*'s robots.txt is expected to cost: by its measured bytes (a robots.txt is
+        small, and a byte budget reserved at the prior page's 64 kB for it starves discovery), else the prior."""
+        size = self.hosts.robots_bytes(host or "")
+        return self._prior_cost() if size is None else self.billing.expected_cost(
+            self.billing.attempt_cost(200, round(size)))
 
     def host_of(self, key: str) -> str | None:
         """The host of known page *key* as planning indexed it (``None`` if it is not indexed)."""
@@ -754,7 +761,7 @@ class Tracker:
             netloc = urlparse_cached(request).netloc
             if netloc not in self._robots_hosts:
                 self._robots_hosts.add(netloc)
-                self.ledger.reserve(_robots_holder(netloc), self._prior_cost())
+                self.ledger.reserve(_robots_holder(netloc), self._robots_price(urlparse_cached(request).hostname))
 
     def _request_reached_downloader(self, request: Request, spider: Spider) -> None:
         if self.store is None:  # a crawl this tracker does not take part in
@@ -807,7 +814,8 @@ class Tracker:
         sent = request_size(request)
         billed = self._billed_bytes(request, sent + received)
         self.health.attempt(request, status, billed)
-        self._release_robots(request)
+        if self._release_robots(request) and status is not None:
+            self.hosts.add_robots_bytes(urlparse_cached(request).hostname or "", billed)
         validators = request.meta.get(VALIDATORS_META)
         if isinstance(validators, dict) and validators.get("canary") and status != 304:
             # answered in full (judged with the record) or failed: either way no longer in flight
@@ -894,9 +902,12 @@ class Tracker:
             self.stats.inc_value("costsched/ignored")
             self._failed_attempts.add(key)
 
-    def _release_robots(self, request: Request) -> None:
+    def _release_robots(self, request: Request) -> bool:
+        """Release the reservation for robots.txt if *request* is RobotsTxtMiddleware's for it (``True`` if so)."""
         if request.meta.get("dont_obey_robotstxt") and urlparse_cached(request).path == "/robots.txt":
             self.ledger.release(_robots_holder(urlparse_cached(request).netloc))
+            return True
+        return False
 
     # -- visits and records ----------------------------------------------
 

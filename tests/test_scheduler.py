@@ -173,10 +173,11 @@ class HeadSpider(Spider):
         pass
 
 
-def planned_scheduler(state: Path, budget: float, pages: Iterable[tuple[str, str, float, float]],
-                      **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
+def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[str, str, float, float]],
+                      meta: dict[str, Any] | None = None, **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
     """A scheduler over a state that knows *pages* (URL, value tier, change rate, days since the last
-    visit), opened and planned without an engine (the wrapped scheduler a :class:`ListScheduler`)."""
+    visit) and holds *meta* rows, opened and planned without an engine (the wrapped scheduler a
+    :class:`ListScheduler`)."""
     crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
                                        "COSTSCHED_BUDGET": budget, "COSTSCHED_FALLBACK_SCHEDULER":
                                        "tests.test_scheduler.ListScheduler", **settings})
@@ -189,6 +190,8 @@ def planned_scheduler(state: Path, budget: float, pages: Iterable[tuple[str, str
                          template=make_template(Request(url, callback=spider.parse), spider),
                          last_visit=fake_now() - days * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
         store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(), page.summary())
+    for name, row in (meta or {}).items():
+        store.set_meta(name, row)
     store.close()
     scheduler = CostAwareScheduler.from_crawler(crawler)
     scheduler.tracker.open()
@@ -225,6 +228,26 @@ def test_the_plan_pays_for_robots_txt_out_of_refreshes_not_out_of_the_discovery_
     assert obeying._plan_end == 8  # ...less the host's robots.txt
     assert obeying._discovery_allowance == ignoring._discovery_allowance == 1
     for scheduler in (ignoring, obeying):
+        scheduler.close("finished")
+
+
+def test_under_byte_billing_robots_txt_is_planned_at_what_it_was_measured_to_cost(tmp_path: Path) -> None:
+    """Found in a trial: a robots.txt of a few hundred bytes was planned at the prior page (a quarter of a small
+    byte budget) for each host, and the refreshes it crowded out left the new pages no reserve."""
+    pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(20)]
+    measured = {"bytes": {"127.0.0.1|p": [2000.0, 40]}}
+    settings = {"COSTSCHED_BILLING": "bandwidth", "ROBOTSTXT_OBEY": True}
+    _, first = planned_scheduler(tmp_path / "first.sqlite", "20kB", pages, {"host:127.0.0.1": measured}, **settings)
+    _, later = planned_scheduler(tmp_path / "later.sqlite", "20kB", pages, {"host:127.0.0.1": {"bytes": {
+        **measured["bytes"], "127.0.0.1|/robots.txt": [500.0, 3]}}}, **settings)
+    # 18 kB after the discovery reserve; robots.txt never measured is planned at the prior (a quarter of the budget)
+    assert first.tracker.robots_cost({"127.0.0.1"}) == 5000
+    assert first._plan_end == 6
+    assert later.tracker.robots_cost({"127.0.0.1"}) == 500
+    assert later._plan_end == 8
+    for scheduler, robots in ((first, 5000), (later, 500)):  # what the plan leaves over joins the reserve
+        assert scheduler._discovery_allowance == 20_000 - robots - 2000 * scheduler._plan_end >= 2000
+    for scheduler in (first, later):
         scheduler.close("finished")
 
 

@@ -101,6 +101,19 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
 
 
+def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_cost(crawls: Crawls) -> None:
+    """Found in a trial: each host's robots.txt was planned at the prior page (a quarter of a small byte
+    budget, 10 kB here), and the refreshes it crowded out left the new pages no share of the budget."""
+    bandwidth = ("COSTSCHED_BUDGET=40KB", "COSTSCHED_BILLING=bandwidth")
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    first = crawls.run(*bandwidth, paths=paths)
+    robots = first.stats["costsched/bytes/other"]  # robots.txt is the only request that is no page's
+    assert first.hits["/robots.txt"] == 1
+    assert 0 < robots < 1000
+    later = crawls.run(*bandwidth, paths=paths)
+    assert f" and {robots:g} for their hosts' robots.txt" in later.log
+
+
 def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     cache = ["HTTPCACHE_ENABLED=True", f"HTTPCACHE_DIR={crawls.tmp / 'cache'}"]
     crawls.run("COSTSCHED_BUDGET=10", *cache, paths="/page/1,/page/2")
