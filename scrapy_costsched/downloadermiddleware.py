@@ -57,8 +57,10 @@ from scrapy_costsched.visits import (
     NOT_MODIFIED_META,
     PAGE_META,
     REFETCH_META,
+    REFUSED_META,
     SUBREQUEST_META,
     VALIDATORS_META,
+    AttemptRefused,
 )
 
 if TYPE_CHECKING:
@@ -102,6 +104,9 @@ class ConditionalRequestMiddleware:
         return cls(crawler, tracker)
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        refused = request.meta.get(REFUSED_META)
+        if refused is not None:
+            raise AttemptRefused(f"{request.url}: not sent, {refused}")
         self._check_robots(request)
         blocked = self.tracker.health.blocked_for(request)
         if blocked > self.tracker.config.block_wait:

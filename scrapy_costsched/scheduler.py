@@ -25,7 +25,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
-from scrapy_costsched.visits import PAGE_META, REASON_META, RUN_META, SUBREQUEST_META, VISIT_META
+from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -488,8 +488,15 @@ class CostAwareScheduler(BaseScheduler):
         cost = self.tracker.planned_cost(request.meta)
         if cost > self.tracker.ledger.remaining():
             self.stats.inc_value("costsched/skipped/budget")
-            return False
+            return self.fallback.enqueue_request(self._refused(request, "the period's budget cannot pay for it"))
         return self._pass_on(request, cost, "costsched/attempts/extra")
+
+    @staticmethod
+    def _refused(request: Request, why: str) -> Request:
+        """*request*, a later attempt of a visit under way, marked to leave the downloader unsent with
+        :exc:`~.visits.AttemptRefused`: the spider's errback hears *why* rather than nothing."""
+        request.meta[REFUSED_META] = why
+        return request
 
     def _admit(self, request: Request, key: str, cost: float, reason: str) -> bool:
         held = cost if key in self._planned and key in self.tracker.yield_only else 0.0
@@ -545,7 +552,11 @@ class CostAwareScheduler(BaseScheduler):
                 request = self._resumed(request)
                 if request is None:
                     continue
+            if REFUSED_META in request.meta:
+                return request
             if self._sank(request):
+                if "retry_times" in request.meta or "redirect_urls" in request.meta:
+                    return self._refused(request, "its host fell too sick for the visit to stay in this run's plan")
                 continue
             wait = self.tracker.health.blocked_for(request)
             if wait <= 0:

@@ -59,6 +59,7 @@ from scrapy_costsched.visits import (
     SUBREQUEST_META,
     VALIDATORS_META,
     VISIT_META,
+    AttemptRefused,
     Visit,
     VisitBook,
 )
@@ -885,6 +886,8 @@ class Tracker:
         """
         if isinstance(exception, HostPaused):
             self.paused(request)
+            return
+        if isinstance(exception, AttemptRefused):  # counted, and its reservation released, when it was refused
             return
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))

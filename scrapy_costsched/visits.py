@@ -15,6 +15,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy.exceptions import IgnoreRequest
+
 from scrapy_costsched.ledger import HOLD_META
 
 if TYPE_CHECKING:
@@ -30,12 +32,21 @@ REASON_META = "costsched_reason"
 VALIDATORS_META = "costsched_validators"
 REFETCH_META = "costsched_refetch"
 NOT_MODIFIED_META = "costsched_not_modified"
+#: Set by the scheduler on a retry, redirect or sub-request of a visit under way that it does not send (why, in
+#: words): the request leaves the downloader with :exc:`AttemptRefused`, so the spider's errback hears of it.
+REFUSED_META = "costsched_refused"
 #: Request meta a spider sets to receive its 304s (``COSTSCHED_DELIVER_NOT_MODIFIED`` for every request).
 DELIVER_META = "costsched_deliver_not_modified"
 #: Every key the library sets on a request for one run's visit (the ledger's reservation among them): never
 #: part of a stored template, and stripped from a request a stopped run left in a disk queue (``JOBDIR``).
 RUN_META = frozenset({PAGE_META, VISIT_META, SUBREQUEST_META, REASON_META, HOLD_META, VALIDATORS_META, REFETCH_META,
-                      NOT_MODIFIED_META})
+                      NOT_MODIFIED_META, REFUSED_META})
+
+
+class AttemptRefused(IgnoreRequest):
+    """A retry, redirect or sub-request of a visit under way that the add-on did not send (the period's budget
+    could not pay for it, or its host fell too sick for its visit to stay in the plan). It reaches the request's
+    errback, as a robots.txt refusal does: RetryMiddleware already took the answer it retried."""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from scrapy_costsched.model.scoring import rank
 from scrapy_costsched.pages import PageState, make_template
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY
+from scrapy_costsched.visits import REFUSED_META
 from tests.helpers import fake_now, read_state, runspider
 
 if TYPE_CHECKING:
@@ -79,6 +80,19 @@ def test_budget_caps_a_run_and_the_rest_is_deferred(edge_site: EdgeSite, tmp_pat
     assert stats["costsched/skipped/discovery_deferred"] >= 3
     # Deferred pages are known now, so the next run can re-issue them from their templates.
     assert len(read_state(tmp_path / "state.sqlite")["pages"]) == 5
+
+
+def test_a_retry_the_budget_cannot_pay_for_reaches_the_errback(edge_site: EdgeSite, tmp_path: Path) -> None:
+    """Found in a trial: a retry the add-on did not send vanished, so the spider heard nothing of a page whose
+    503 RetryMiddleware had taken. Now it leaves the downloader with AttemptRefused, as robots.txt refusals do."""
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=6")  # robots.txt and the five pages' first attempts
+    assert stats["downloader/request_count"] == stats["costsched/spent"] == 6
+    assert edge_site.hits["/flaky/2"] == 1
+    assert "/page/3" not in edge_site.hits
+    assert stats["costsched/skipped/budget"] == 2  # flaky/2's retry and redirect/3's hop to page/3
+    assert stats["edge/errback/AttemptRefused"] == 1  # flaky/2's errback; redirect/3 has none
+    assert stats["costsched/failed"] == 1  # flaky/2 backs off
+    assert "costsched/ignored" not in stats  # nor are they counted as refusals before download
 
 
 def test_shadow_mode_sends_every_request(edge_site: EdgeSite, tmp_path: Path) -> None:
@@ -291,6 +305,29 @@ def test_a_sick_hosts_sunk_visits_do_not_idle_the_engine(tmp_path: Path) -> None
     assert request is not None
     assert request.url.startswith("http://127.0.0.2:9/")
     assert crawler.stats.get_value("costsched/skipped/unhealthy") == 200
+    scheduler.close("finished")
+
+
+def test_a_sick_hosts_retry_that_sinks_reaches_the_errback(tmp_path: Path) -> None:
+    """A retry is sent after the answer it retries was taken by RetryMiddleware: if it sinks with its
+    host's health, it is not dropped unseen but leaves the downloader with AttemptRefused (an errback's)."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 300, (
+        (f"http://{host}:9/p/{i}", "normal", rate, 3)
+        for host, rate, count in (("127.0.0.1", 0.5, 200), ("127.0.0.2", 0.1, 400)) for i in range(count)))
+    first = scheduler.next_request()
+    assert first is not None
+    assert first.url.startswith("http://127.0.0.1:9/")
+    retry = first.replace(dont_filter=True)
+    retry.meta["retry_times"] = 1
+    assert scheduler.enqueue_request(retry)
+    today = scheduler.tracker.health._today()
+    for _ in range(50):  # the host falls sick: every attempt answered 503
+        scheduler.tracker.hosts.attempt("127.0.0.1", "unavailable", today, 500.0, None)
+    refused = scheduler.next_request()
+    assert refused is retry
+    assert retry.meta[REFUSED_META] == "its host fell too sick for the visit to stay in this run's plan"
+    assert crawler.stats.get_value("costsched/skipped/unhealthy") >= 1
+    assert not scheduler.tracker.ledger.release(retry)  # its reservation went back to the period
     scheduler.close("finished")
 
 
