@@ -146,7 +146,9 @@ class PageState:
         estimate = self.estimate
         rate, low, high = (estimate.rate, estimate.low, estimate.high) if estimate else (None, None, None)
         cost = self.template["meta"].get("costsched_cost") if self.template else None
-        return [self.last_visit, rate, self.value, self.gone, self.template is not None, self.group, cost, low, high,
+        # A 404 or 410 since the last visit showed the page changed (it went missing) then.
+        last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
+        return [last_seen, rate, self.value, self.gone_strikes, self.template is not None, self.group, cost, low, high,
                 self.not_before, self.links.to_json() if self.links is not None else None]
 
     def to_json(self) -> dict[str, Any]:
@@ -212,16 +214,19 @@ def _json_safe(value: Any) -> Any:
 class Summary(NamedTuple):
     """A page as planning sees it (the ``plan:`` row of the store).
 
-    *cost* is the planned-cost override of the page's ``costsched_cost`` meta, if
-    any; *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
+    *last_seen* is when an answer last showed the page's state: its last visit, or
+    the last of the 404 and 410 answers in a row since, which *gone_strikes* counts
+    (rows written before held the last visit, and whether the page was retired,
+    read as one strike); ``None`` for a page never visited. *cost* is the
+    planned-cost override of the page's ``costsched_cost`` meta, if any; *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
     :meth:`NewLinkStats.to_json` of a page that links out. Rows written
     by an older version are shorter; the missing fields take their defaults.
     """
 
-    last_visit: float | None
+    last_seen: float | None
     rate: float | None
     value: str | float
-    gone: bool
+    gone_strikes: int
     has_template: bool
     group: str
     cost: float | None = None

@@ -85,6 +85,9 @@ PERMANENT_REDIRECTS = frozenset({301, 308})
 GONE_AFTER = 3
 #: A retired page is checked again after this many budget periods.
 GONE_RECHECK_PERIODS = 30
+#: The chance a page is still there after each 404 or 410 in a row, which a visit's worth is planned at: a page
+#: that answered 404 once is re-checked (a 404 can be temporary) without ranking ahead of pages known to be there.
+LIVE_AFTER_STRIKE = 0.5
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
 
@@ -650,7 +653,9 @@ class Tracker:
         """Every known, live page (or those of *keys*) that may be visited now, as planning sees it.
 
         Pages waiting out a failure backoff are left out; a retired page comes back
-        for its rare re-check. Pages without a stored template (their callback is not
+        for its rare re-check. A page that answered 404 or 410 since its last visit
+        is worth :data:`LIVE_AFTER_STRIKE` of itself per answer in a row, and what it
+        may have changed is counted from the last of them (it went missing then). Pages without a stored template (their callback is not
         a spider method) are noted in :attr:`yield_only`: only the spider can yield them.
         """
         result: list[Candidate] = []
@@ -660,7 +665,7 @@ class Tracker:
         priors: dict[str, float] = {}
         costs: dict[str, tuple[float, float | None]] = {}
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
-            last_visit, rate, raw_value, _, has_template, group, cost, rate_low, rate_high, not_before, links = row
+            last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links = row
             if not_before is not None and not_before > now:
                 continue
             if not has_template:
@@ -679,8 +684,10 @@ class Tracker:
                 value = self.resolve_value(raw_value)
                 if isinstance(raw_value, str):
                     tiers[raw_value] = value
-            elapsed = math.inf if last_visit is None else max(now - last_visit, 0.0) / DAY
-            append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_visit is not None else None,
+            if strikes:
+                value *= LIVE_AFTER_STRIKE ** strikes
+            elapsed = math.inf if last_seen is None else max(now - last_seen, 0.0) / DAY
+            append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_seen is not None else None,
                              rate_low, rate_high, None if links is None else self._hub(Summary._make(row))))
         return result
 

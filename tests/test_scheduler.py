@@ -265,6 +265,27 @@ def test_under_byte_billing_robots_txt_is_planned_at_what_it_was_measured_to_cos
         scheduler.close("finished")
 
 
+def test_a_page_that_answered_404_since_its_last_visit_ranks_below_the_pages_that_answered(tmp_path: Path) -> None:
+    """Found in a trial: a 404 does not move a page's last visit, so a page that answered 404 once ranked first
+    in the next plan, ahead of the pages visited with it. It went missing when it answered 404: what it may
+    have changed is counted from then, and it is worth half of itself per 404 in a row (it may be gone)."""
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0 if i else 2.0) for i in range(4)])
+    tracker = scheduler.tracker
+    missing = scheduler._ranking.keys[0]
+    page = tracker.page(missing)
+    assert page is not None
+    assert page.url.endswith("/p/0")  # visited a day before the others: it ranks first
+    for strikes in (1, 2):
+        page.gone_strikes, page.last_attempt = strikes, fake_now() - DAY  # answered 404 with the others' visits
+        tracker.pages.changed(missing, page)
+        candidates = {c.key: c for c in tracker.candidates(fake_now())}
+        other = candidates[scheduler._ranking.keys[1]]
+        assert (candidates[missing].value, candidates[missing].elapsed) == (0.5 ** strikes * other.value, 1.0)
+        assert [c.key for _, c in rank(list(candidates.values()), cycle=scheduler.cycle)][-1] == missing
+    scheduler.close("finished")
+
+
 def test_templates_a_renamed_callback_broke_are_counted_and_warned_about_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A deploy that renames a callback breaks the stored template of every page it parsed: each planned

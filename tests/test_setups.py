@@ -75,6 +75,15 @@ class Crawls:
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 
+    def show(self, path: str, *options: str) -> str:
+        """``scrapy costsched-state show`` of the page at *path*, at the time of the last run."""
+        cmd = [sys.executable, "-m", "scrapy", "costsched-state", "show", self.site.url + path, "--state",
+               str(self.tmp / "state.sqlite"), *options, "-s", "COSTSCHED_CLOCK=demo_site.clock.now"]
+        proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
     def page(self, path: str) -> dict[str, Any]:
         pages = read_state(self.tmp / "state.sqlite")["pages"]
         return next(page for page in pages.values() if page["url"] == self.site.url + path)
@@ -249,6 +258,17 @@ def test_failures_back_off_whatever_the_billing(crawls: Crawls) -> None:
     sometimes = crawls.page("/sometimes/2")
     assert not sometimes["gone"]  # one 404 does not retire a page that answers the next day
     assert sometimes["visits"] == 3
+
+
+def test_state_show_says_a_page_answered_404_since_its_last_visit(crawls: Crawls) -> None:
+    """Found in a trial: the page showed "0 failed" and its last 200 as its last visit, nothing of its 404."""
+    crawls.run("COSTSCHED_BUDGET=20", paths="/page/1,/sometimes/2")
+    crawls.site.missing = True
+    crawls.run("COSTSCHED_BUDGET=20", paths="/page/1,/sometimes/2")
+    shown = json.loads(crawls.show("/sometimes/2", "--json"))
+    assert shown["not_found_in_a_row"] == 1
+    assert shown["last_attempt"]["epoch"] > shown["last_visit"]["epoch"]
+    assert "0 failed (0 in a row); since then 404 or 410 1 time in a row" in crawls.show("/sometimes/2")
 
 
 def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_spent(crawls: Crawls) -> None:

@@ -217,6 +217,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "changes": page.changes,
         "failures": page.failures,
         "consecutive_failures": page.consecutive_failures,
+        "not_found_in_a_row": page.gone_strikes,
         "gone": page.gone,
         "moved_to": page.moved_to,
         "rate_per_day": {
@@ -304,6 +305,9 @@ def render(page: dict[str, Any]) -> str:
     retired = f", moved permanently to {page['moved_to']}" if page["moved_to"] else ", gone" if page["gone"] else ""
     visits_text = (f"{page['visits']}, {page['changes']} changed, {page['failures']} failed "
                    f"({page['consecutive_failures']} in a row){retired}")
+    if page["not_found_in_a_row"]:
+        strikes = page["not_found_in_a_row"]
+        visits_text += f"; since then 404 or 410 {strikes} time{'s' if strikes > 1 else ''} in a row"
     p_changed = page["p_changed"]
     validators = page["validators"]
     lines = [
