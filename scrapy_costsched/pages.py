@@ -149,7 +149,8 @@ class PageState:
         # A 404 or 410 since the last visit showed the page changed (it went missing) then.
         last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
         return [last_seen, rate, self.value, self.gone_strikes, self.template is not None, self.group, cost, low, high,
-                self.not_before, self.links.to_json() if self.links is not None else None]
+                self.not_before, self.links.to_json() if self.links is not None else None,
+                self.full_bytes.mean if self.full_bytes is not None and self.full_bytes.count else None]
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -218,9 +219,11 @@ class Summary(NamedTuple):
     the last of the 404 and 410 answers in a row since, which *gone_strikes* counts
     (rows written before held the last visit, and whether the page was retired,
     read as one strike); ``None`` for a page never visited. *cost* is the
-    planned-cost override of the page's ``costsched_cost`` meta, if any; *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
-    :meth:`NewLinkStats.to_json` of a page that links out. Rows written
-    by an older version are shorter; the missing fields take their defaults.
+    planned-cost override of the page's ``costsched_cost`` meta, if any;
+    *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
+    :meth:`NewLinkStats.to_json` of a page that links out; *full_bytes* the
+    page's own mean full fetch. Rows written by an older version are shorter;
+    the missing fields take their defaults.
     """
 
     last_seen: float | None
@@ -234,6 +237,7 @@ class Summary(NamedTuple):
     rate_high: float | None = None
     not_before: float | None = None
     links: list[float] | None = None
+    full_bytes: float | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Summary:

@@ -35,8 +35,9 @@ TABLE = "costsched"
 #: Page summaries: ``n`` items of JSON scalars in columns ``c0``.. (booleans come back as 0 or 1),
 #: or, for a summary with a list, a dict or more items, its JSON text in ``json``.
 PLAN_TABLE = "costsched_plan"
-#: Summary items that get a column each.
-PLAN_COLUMNS = 11
+#: Summary items that get a column each. A column added later is added to an older table when a crawl opens
+#: it (older versions read the columns they know), and a reader takes the columns a table has.
+PLAN_COLUMNS = 12
 _PLAN_FIELDS = ("key", "n", "json", *(f"c{i}" for i in range(PLAN_COLUMNS)))
 #: Rows fetched at a time when iterating over pages or summaries.
 READ_CHUNK = 4096
@@ -188,6 +189,10 @@ class SqliteDictStorage:
             columns = ", ".join(f"c{i}" for i in range(PLAN_COLUMNS))
             self._db.conn.execute(f'CREATE TABLE IF NOT EXISTS "{PLAN_TABLE}" (key TEXT PRIMARY KEY, n INTEGER, '
                                   f"json TEXT, {columns})")
+            present = {row[1] for row in self._select(f'PRAGMA table_info("{PLAN_TABLE}")', [])}
+            for column in _PLAN_FIELDS:
+                if column not in present:
+                    self._db.conn.execute(f'ALTER TABLE "{PLAN_TABLE}" ADD COLUMN {column}')
             if version < SCHEMA_VERSION:
                 self._upgrade(version)
             if fresh or version < SCHEMA_VERSION:
@@ -482,7 +487,7 @@ class SqliteDictStorage:
 
     def iter_summaries(self) -> Iterator[tuple[str, Sequence[Any]]]:
         """Every page's fingerprint and summary (booleans in columns come back as 0 or 1; a tuple or a list)."""
-        for chunk in self._scan(f'SELECT {", ".join(_PLAN_FIELDS)} FROM "{PLAN_TABLE}"'):
+        for chunk in self._scan(f'SELECT * FROM "{PLAN_TABLE}"'):  # the columns it has, in _PLAN_FIELDS' order
             for row in chunk:
                 text = row[2]
                 yield row[0], row[3:row[1] + 3] if text is None else json.loads(text)

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlparse
 
 from scrapy import signals
@@ -103,6 +103,15 @@ def _reactor_running() -> bool:
 
 async def _finished(closed: Deferred[None]) -> None:
     await maybe_deferred_to_future(closed)
+
+
+class _GroupCosts(NamedTuple):
+    """A visit's price for the pages of one group: in *full*, answered 304 (*revalidation*, ``None`` when not
+    planned so), and the part of each that pays for the failed attempts its host's health expects first."""
+
+    full: float
+    revalidation: float | None
+    failures: float
 
 
 def _robots_holder(netloc: str) -> str:
@@ -632,7 +641,8 @@ class Tracker:
         return True
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
-        """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its kind of page.
+        """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its page (under
+        byte billing at its own mean, where it has one) or of its kind of page.
 
         *key* is the page's, when the caller knows it (else the page in *meta*, if any).
         """
@@ -640,7 +650,12 @@ class Tracker:
         if override is not None:
             return override
         page = self.page(key or meta.get(PAGE_META) or "")
-        return self._group_costs(page.group, self.now())[0] if page is not None else self._prior_cost()
+        if page is None:
+            return self._prior_cost()
+        costs = self._group_costs(page.group, self.now())
+        if self.billing.unit == "bytes" and page.full_bytes is not None and page.full_bytes.count:
+            return self._own_costs(costs, page.full_bytes.mean)[0]
+        return costs.full
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -655,17 +670,20 @@ class Tracker:
         Pages waiting out a failure backoff are left out; a retired page comes back
         for its rare re-check. A page that answered 404 or 410 since its last visit
         is worth :data:`LIVE_AFTER_STRIKE` of itself per answer in a row, and what it
-        may have changed is counted from the last of them (it went missing then). Pages without a stored template (their callback is not
-        a spider method) are noted in :attr:`yield_only`: only the spider can yield them.
+        may have changed is counted from the last of them (it went missing then).
+        Pages without a stored template (their callback is not a spider method) are
+        noted in :attr:`yield_only`: only the spider can yield them.
         """
         result: list[Candidate] = []
         append = result.append
         # Looked up once per plan rather than once per page: tiers by name, priors and costs by group.
         tiers: dict[str, float] = {}
         priors: dict[str, float] = {}
-        costs: dict[str, tuple[float, float | None]] = {}
+        costs: dict[str, _GroupCosts] = {}
+        by_size = self.billing.unit == "bytes"
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
-            last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links = row
+            (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
+             full_bytes) = row
             if not_before is not None and not_before > now:
                 continue
             if not has_template:
@@ -678,7 +696,8 @@ class Tracker:
                 costs[group] = self._group_costs(group, now)
             revalidation_cost = None
             if cost is None:
-                cost, revalidation_cost = costs[group]
+                cost, revalidation_cost = self._own_costs(costs[group], full_bytes) if by_size and full_bytes \
+                    else costs[group][:2]
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)
@@ -691,13 +710,21 @@ class Tracker:
                              rate_low, rate_high, None if links is None else self._hub(Summary._make(row))))
         return result
 
-    def _group_costs(self, group: str, now: float) -> tuple[float, float | None]:
+    def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
+        """Under byte billing, a visit of a page whose own mean full fetch is *full_bytes*, of a group priced at
+        *costs*: pages of one kind differ in size (a category of 10 products, one of 200), their 304s hardly."""
+        full = self.billing.expected_cost(self.billing.attempt_cost(200, round(full_bytes))) + costs.failures
+        return full, costs.revalidation if costs.revalidation is not None and costs.revalidation < full else None
+
+    def _group_costs(self, group: str, now: float) -> _GroupCosts:
         """What a visit of a page of *group* (host and page type) costs in full, and answered 304.
 
         Priced by the billing model from the group's mean bytes of each kind of answer; the 304
         price only while the host is sent validators and it is the cheaper: the planner then prices
         the visit by its marginal expected cost ``c304 + (cfull − c304)·P(changed)`` (research.md
-        section 1, :func:`~.model.freshness.visit_index`).
+        section 1, :func:`~.model.freshness.visit_index`). Each includes the failed attempts the
+        host's health expects before a success (:meth:`Health.priced`), which are the same for
+        every visit of the host.
         """
         full = self.hosts.mean_bytes(group, not_modified=False)
         if full is None:
@@ -711,8 +738,9 @@ class Tracker:
         if not_modified is not None and any(host.to_send(True, True, now / DAY)) and self.config.conditional:
             revalidation = self.billing.attempt_cost(304, round(not_modified))
             revalidation = revalidation if revalidation < cost else None
-        return (self.health.priced(host_name, cost),
-                None if revalidation is None else self.health.priced(host_name, revalidation))
+        priced = self.health.priced(host_name, cost)
+        return _GroupCosts(priced, None if revalidation is None else self.health.priced(host_name, revalidation),
+                           priced - cost)
 
     def _prior_cost(self) -> float:
         """What a visit is planned at before anything of its kind was measured: the billing model's prior, but

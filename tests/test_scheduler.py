@@ -17,7 +17,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_costsched import CostAwareScheduler
 from scrapy_costsched.model import RateEstimate
 from scrapy_costsched.model.scoring import rank
-from scrapy_costsched.pages import PageState, make_template
+from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY
 from scrapy_costsched.visits import REFUSED_META
@@ -283,6 +283,29 @@ def test_a_page_that_answered_404_since_its_last_visit_ranks_below_the_pages_tha
         other = candidates[scheduler._ranking.keys[1]]
         assert (candidates[missing].value, candidates[missing].elapsed) == (0.5 ** strikes * other.value, 1.0)
         assert [c.key for _, c in rank(list(candidates.values()), cycle=scheduler.cycle)][-1] == missing
+    scheduler.close("finished")
+
+
+def test_under_byte_billing_a_page_is_planned_at_its_own_mean_bytes(tmp_path: Path) -> None:
+    """Found in a trial: every page of a host and type was planned at their mean, so a page ten times the size
+    of its kind's others ranked as if it cost the same. A page's own mean comes first; its kind's covers the
+    pages never fetched in full."""
+    pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(3)]
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", "100kB", pages,
+                                     {"host:127.0.0.1": {"bytes": {"127.0.0.1|p": [2000.0, 40]}}},
+                                     COSTSCHED_BILLING="bandwidth")
+    tracker = scheduler.tracker
+    keys = {name: tracker.fingerprint(Request(f"http://127.0.0.1:9/p/{name}")) for name in "012"}
+    for name, size in (("0", 500.0), ("1", 9000.0)):
+        page = tracker.page(keys[name])
+        assert page is not None
+        page.full_bytes = MeanBytes(size, 3)
+        tracker.pages.changed(keys[name], page)
+    costs = {c.key: c.cost for c in tracker.candidates(fake_now())}
+    assert [costs[keys[name]] for name in "012"] == [500.0, 9000.0, 2000.0]
+    assert [tracker.planned_cost({}, keys[name]) for name in "012"] == [500.0, 9000.0, 2000.0]
+    assert [c.key for _, c in rank(tracker.candidates(fake_now()), cycle=scheduler.cycle)] == [
+        keys["0"], keys["2"], keys["1"]]  # equal in all else, the cheapest visit first
     scheduler.close("finished")
 
 
