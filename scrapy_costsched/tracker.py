@@ -153,7 +153,8 @@ class Tracker:
         self._revalidated: set[int] = set()  # requests whose cached copy the server confirmed (HTTP cache)
         self._answers: dict[int, tuple[int, int]] = {}  # id(request) -> status and size of the response downloaded
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
-        self._failed_attempts: set[str] = set()  # pages whose last attempt failed with no response yet
+        # Pages whose last attempt failed with no response yet, and whether it was refused before download.
+        self._failed_attempts: dict[str, bool] = {}
         self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
@@ -360,8 +361,8 @@ class Tracker:
             # Still waiting for a chained sub-request or an item: the record is incomplete.
             visit.failed = True
             self._observe(visit)
-        for key in self._failed_attempts:
-            self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True))
+        for key, refused in self._failed_attempts.items():
+            self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True, refused=refused))
         self._failed_attempts.clear()
         for key in list(self._unrecorded_bytes):  # answers whose visit was never observed
             page = self.page(key)
@@ -410,6 +411,7 @@ class Tracker:
             (get("costsched/extraction_empty", 0), "without the items they used to yield"),
             (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
             (get("costsched/redirected_to_fetched", 0), "redirected to a page this run fetched already"),
+            (get("costsched/duplicate_fetch", 0), "fetched again in this run (learned from once)"),
         ) if count)
         logger.info(
             "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
@@ -834,7 +836,7 @@ class Tracker:
         self._release_robots(request)
         key = request.meta.get(PAGE_META)
         if isinstance(key, str):  # the 429 that asked for the pause is no failure of the page's
-            self._failed_attempts.discard(key)
+            self._failed_attempts.pop(key, None)
         self.stats.inc_value("costsched/retry_after/released")
         host = urlparse_cached(request).hostname or ""
         if host not in self._paused_hosts:
@@ -873,7 +875,7 @@ class Tracker:
             # No usable answer: a failed visit unless a later attempt (a retry) reaches the spider, also
             # when that retry never goes out (the budget refused it): the page then backs off.
             if (status is None or status == 429 or status >= 500) and not self.visits.visited(key):
-                self._failed_attempts.add(key)
+                self._failed_attempts[key] = False
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)
 
@@ -938,7 +940,7 @@ class Tracker:
         key = request.meta.get(PAGE_META)
         if key is not None and not request.meta.get(SUBREQUEST_META):
             self.stats.inc_value("costsched/ignored")
-            self._failed_attempts.add(key)
+            self._failed_attempts.setdefault(key, True)
 
     def _release_robots(self, request: Request) -> bool:
         """Release the reservation for robots.txt if *request* is RobotsTxtMiddleware's for it (``True`` if so)."""
@@ -969,7 +971,7 @@ class Tracker:
         if visit is None:  # the page fetched twice in one run (shadow mode, dont_filter): one visit counts
             self.stats.inc_value("costsched/duplicate_fetch")
             return None
-        self._failed_attempts.discard(key)
+        self._failed_attempts.pop(key, None)
         if response.status in (404, 410):
             self.visits.abandon(visit)
             self._gone(key, page, visit.time)
@@ -1049,7 +1051,7 @@ class Tracker:
         if visit is None:
             self.stats.inc_value("costsched/duplicate_fetch")
             return False
-        self._failed_attempts.discard(key)
+        self._failed_attempts.pop(key, None)
         visit.not_modified = True
         self._read_validators(visit, response)
         visit.pending_outputs = 0
@@ -1179,7 +1181,7 @@ class Tracker:
             page.page_type = next(iter(visit.item_types))
         if visit.failed:
             self._failed(page, visit.time)
-            outcome = "failed"
+            outcome = "refused" if visit.refused else "failed"
         else:
             page.consecutive_failures = page.gone_strikes = 0
             page.gone, page.not_before, page.moved_to = False, None, None

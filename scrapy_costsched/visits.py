@@ -68,6 +68,8 @@ class Visit:
     field_hashes: dict[str, str] | None = None
     """A hash per item field, when the visit yielded exactly one item (to spot volatile fields)."""
     failed: bool = False
+    refused: bool = False
+    """Failed without being sent: refused before download (robots.txt, offsite rules, a middleware)."""
     last_modified: float | None = None
     """The response's ``Last-Modified`` (epoch seconds), if it sent a readable one."""
     modified_age: float | None = None

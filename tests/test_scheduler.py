@@ -107,6 +107,9 @@ def test_shadow_mode_sends_every_request(edge_site: EdgeSite, tmp_path: Path) ->
     assert first["costsched/duplicate_fetch"] == second["costsched/duplicate_fetch"] == 1
     assert second["costsched/visits/refresh"] == 5  # page/1 twice, flaky/2, redirect/3, page/4
     assert second["costsched/unchanged"] == 4
+    # The summary's outcomes add up to its visits: 4 unchanged, gone/5's 404 and page/1's second fetch.
+    assert ("6 visits: 0 new pages, 0 changed, 4 unchanged (0 of them 304s), 1 answered 404 or 410, "
+            "1 fetched again in this run (learned from once), 0 failed;") in second["_log"]
 
 
 def test_unreadable_date_headers_are_counted_and_the_visits_still_recorded(edge_site: EdgeSite,

@@ -108,6 +108,11 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert crawls.page("/private/2")["not_before"] is not None
     later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=1.5)  # same budget period
     assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
+    # The report's outcomes add up to its visits; the refusal is no visit, and no failure either.
+    figures = json.loads(crawls.report("--json"))["periods"][0]["figures"]
+    outcomes = ("new", "rebaselined", "changed", "unchanged", "not_modified", "failed", "gone", "redirected")
+    assert sum(figures[name] for name in outcomes) == figures["visits"] == 2  # page/1 in each run
+    assert (figures["failed"], figures["refused"]) == (0, 1)
 
 
 def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_cost(crawls: Crawls) -> None:

@@ -57,7 +57,9 @@ class Figures:
 
     *no_change* counts the fetches that found the page as it was: answered in full and unchanged,
     or 304 Not Modified; *no_change_share* is their share of the fetches that could compare
-    (changed or not); *cost_per_change* is all that was spent over the changes detected.
+    (changed or not); *cost_per_change* is all that was spent over the changes detected. The
+    outcomes add up to *visits*; *refused* counts the pages' requests refused before download,
+    which are none.
     """
 
     visits: int = 0
@@ -70,6 +72,7 @@ class Figures:
     unchanged: int = 0
     not_modified: int = 0
     failed: int = 0
+    refused: int = 0
     gone: int = 0
     redirected: int = 0
     no_change: int = 0
@@ -91,7 +94,7 @@ class Figures:
             attempts=round(total["attempts"]), spent=total["spent"],
             new=round(total["baseline"]), rebaselined=round(total["rebaseline"]), changed=round(total["changed"]),
             unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
-            failed=round(total["failed"] + total["empty"]), gone=round(total["not_found"] + total["gone"]),
+            failed=round(total["failed"] + total["empty"]), refused=round(total["refused"]), gone=round(total["not_found"] + total["gone"]),
             redirected=round(total["redirected"]),
             no_change=round(sum(total[name] for name in NO_CHANGE)),
             no_change_cost=sum(total[f"{name}/cost"] for name in NO_CHANGE),
