@@ -94,8 +94,8 @@ class Figures:
             attempts=round(total["attempts"]), spent=total["spent"],
             new=round(total["baseline"]), rebaselined=round(total["rebaseline"]), changed=round(total["changed"]),
             unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
-            failed=round(total["failed"] + total["empty"]), refused=round(total["refused"]), gone=round(total["not_found"] + total["gone"]),
-            redirected=round(total["redirected"]),
+            failed=round(total["failed"] + total["empty"]), refused=round(total["refused"]),
+            gone=round(total["not_found"] + total["gone"]), redirected=round(total["redirected"]),
             no_change=round(sum(total[name] for name in NO_CHANGE)),
             no_change_cost=sum(total[f"{name}/cost"] for name in NO_CHANGE),
         )
