@@ -178,14 +178,17 @@ def test_a_form_s_pages_which_share_a_url_are_told_apart_by_method_and_body(hist
     assert re.search(r"/sea\.\.\.\w+&page=2'\]$", text, re.MULTILINE)  # cut in the middle, the tail kept
 
 
-def test_pages_that_moved_are_counted_among_the_gone(history: History, tmp_path: Path) -> None:
+def test_pages_that_moved_are_counted_among_the_gone_and_shown_with_their_new_url(history: History,
+                                                                                 tmp_path: Path) -> None:
     copy = tmp_path / "state.sqlite"
     shutil.copyfile(history.state, copy)
     gone_before = history.json()["dataset"]["gone"]
     store = SqliteDictStorage(copy)
     store.open()
     try:
-        key, data = next((key, data) for key, data in sorted(read_state(copy)["pages"].items()) if not data["gone"])
+        # The page that spent most on no-change fetches: first among the report's wasteful pages.
+        key, data = max(((key, data) for key, data in read_state(copy)["pages"].items() if not data["gone"]),
+                        key=lambda item: (item[1]["no_change_cost"], item[0]))
         page = PageState.from_json(data)
         page.gone, page.moved_to = True, f"{history.site.url}/new-home"
         store.put_page(key, page.to_json(), page.summary())
@@ -194,7 +197,11 @@ def test_pages_that_moved_are_counted_among_the_gone(history: History, tmp_path:
     copied = History(history.site, copy, history.runs)
     dataset = copied.json()["dataset"]
     assert (dataset["gone"], dataset["moved"]) == (gone_before + 1, 1)
-    assert f"{gone_before + 1} gone (1 of them moved);" in copied.report().stdout
+    text = copied.report().stdout
+    assert f"{gone_before + 1} gone (1 of them moved);" in text
+    wasteful = copied.json()["wasteful_pages"]
+    assert [(p["url"], p["moved_to"]) for p in wasteful if p["moved_to"]] == [(page.url, page.moved_to)]
+    assert f"(moved to {page.moved_to})" in text
 
 
 def test_filters_and_errors(history: History) -> None:

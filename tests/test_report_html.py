@@ -312,11 +312,13 @@ def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
     form = "POST 'q=storm&page=2'"
     report = Report(state="s", unit="requests", generated_at=None, periods=[], totals=Figures(), hosts=[],
                     page_types=[], dataset=Dataset(pages=3, live=1, gone=2, moved=1),
-                    wasteful_pages=[PageRow(url, "127.0.0.1", "search", 4, 0, 4.0, 0.1, form)],
+                    wasteful_pages=[PageRow(url, "127.0.0.1", "search", 4, 0, 4.0, 0.1, form),
+                                    PageRow(url + "/old", "127.0.0.1", "search", 2, 0, 2.0, 0.1, None, url)],
                     next_plan=[PlannedPage(url, 1.0, 1.0, 1.0, 0.1, 1.0, False, form)], next_plan_at=None,
                     shadow_savings=[])
     dom = Selector(text=render_html(report))
     assert dom.css("table#wasteful-pages td.url span.form::text").get() == form
+    assert dom.css("table#wasteful-pages td.url span.moved::text").getall() == [f"moved to {url}"]
     assert dom.css("table#next-plan td.url span.form::text").get() == form
     assert "2 (1 moved)" in dom.css("table#dataset td::text").getall()
 

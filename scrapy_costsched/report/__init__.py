@@ -188,6 +188,8 @@ class PageRow:
     rate: float | None
     form: str | None = None
     """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
+    moved_to: str | None = None
+    """Where the page moved permanently (it is retired, and its new URL visited as a page of its own)."""
 
 
 @dataclass
@@ -306,7 +308,7 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
         dataset=_dataset(pages, tracker.value_of, rate_of, now),
         wasteful_pages=[
             PageRow(p.url, p.host, p.page_type, p.visits, p.changes, p.no_change_cost,
-                    p.estimate.rate if p.estimate else None, p.form)
+                    p.estimate.rate if p.estimate else None, p.form, p.moved_to)
             for p in sorted(pages, key=lambda p: (-p.no_change_cost, p.url))[:WASTEFUL_PAGES] if p.no_change_cost > 0
         ],
         next_plan=[p for p in planned if host_filter is None or _host_of(p.url or "") in host_filter],

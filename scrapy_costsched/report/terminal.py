@@ -107,7 +107,8 @@ def render_terminal(report: Report) -> str:
             "pages whose fetches most often found nothing new, by what those fetches cost",
             ["visits", "changes", "no-change cost", "rate", "url"],
             [[p.visits, p.changes, amount(p.no_change_cost, unit), "-" if p.rate is None else f"{p.rate:.3g}",
-              _url(p.url + _form(p.form))] for p in report.wasteful_pages],
+              _url(p.url + _form(p.form)) + (f" (moved to {_url(p.moved_to)})" if p.moved_to else "")]
+             for p in report.wasteful_pages],
         ),
         _table(
             "Next plan",
