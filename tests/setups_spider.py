@@ -34,7 +34,8 @@ class SetupsSpider(StatsFileSpider):
     }
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
-                 callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", **kwargs: Any) -> None:
+                 callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -46,6 +47,7 @@ class SetupsSpider(StatsFileSpider):
         name, _, value = cookie.partition("=")
         self.cookies: dict[str | bytes, str | bytes | bool | float | int] = {name: value} if cookie else {}
         self.carry = bool(carry)
+        self.errback = bool(errback)
 
     async def start(self) -> Any:
         for path in self.paths:
@@ -54,7 +56,8 @@ class SetupsSpider(StatsFileSpider):
                 yield scrapy.Request(url, callback=self.parse_carried, meta={"carried": CarriedItem(source=path)})
                 continue
             callback = (lambda response: self.parse_page(response)) if self.lambdas else self.parse_page
-            yield scrapy.Request(url, callback=callback, cookies=self.cookies)
+            yield scrapy.Request(url, callback=callback, cookies=self.cookies,
+                                 errback=self.failed if self.errback else None)
 
     def parse_page(self, response: Any) -> Any:
         title = response.css("h1::text").get()
@@ -67,6 +70,10 @@ class SetupsSpider(StatsFileSpider):
             item["tags"] = {f"tag-{n}" for n in range(20)}
             item["specs"] = {1: "one", "b": 2}
         yield item
+
+    def failed(self, failure: Any) -> None:
+        """An errback: what reaches it is counted."""
+        self.crawler.stats.inc_value(f"setups/errback/{failure.type.__name__}")
 
     def parse_carried(self, response: Any) -> Any:
         carried = response.meta["carried"]

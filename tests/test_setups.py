@@ -128,6 +128,20 @@ def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_co
     assert f" and {robots:g} for their hosts' robots.txt" in later.log
 
 
+def test_a_retry_the_budget_cannot_pay_for_reaches_the_errback(crawls: Crawls) -> None:
+    """Found in a trial: a retry the add-on did not send vanished, so the spider heard nothing of a page whose
+    500 RetryMiddleware had taken. Now it leaves the downloader with AttemptRefused, as robots.txt refusals do."""
+    run = crawls.run("COSTSCHED_BUDGET=2", paths="/error/1", errback="1")  # robots.txt and the first attempt
+    assert run.hits == {"/robots.txt": 1, "/error/1": 1}
+    assert run.stats["costsched/spent"] == 2
+    assert run.stats["retry/count"] == 1  # made by RetryMiddleware, not sent
+    assert run.stats["costsched/skipped/budget"] == 1
+    assert run.stats["setups/errback/AttemptRefused"] == 1
+    assert run.stats["costsched/failed"] == 1  # the page backs off
+    assert "costsched/ignored" not in run.stats  # nor is it counted as a refusal before download
+    assert "costsched/unsent_at_close" not in run.stats  # no reservation was left behind
+
+
 def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     cache = ["HTTPCACHE_ENABLED=True", f"HTTPCACHE_DIR={crawls.tmp / 'cache'}"]
     crawls.run("COSTSCHED_BUDGET=10", *cache, paths="/page/1,/page/2")
