@@ -24,7 +24,7 @@ from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
 from scrapy_costsched.pages import MeanBytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from scrapy.statscollectors import StatsCollector
 
@@ -150,10 +150,13 @@ class HostBook:
         if group is not None:
             mean = self.bytes.get(f"{group}|304" if not_modified else group)
             return mean.mean if mean is not None and mean.count else None
-        means = [m for g, m in self.bytes.items()
-                 if g.endswith("|304") == not_modified and not g.endswith(ROBOTS_TYPE) and m.count]
-        count = sum(m.count for m in means)
-        return sum(m.mean * m.count for m in means) / count if count else None
+        return self._pooled(g for g in self.bytes if g.endswith("|304") == not_modified and not g.endswith(ROBOTS_TYPE))
+
+    def _pooled(self, groups: Iterable[str]) -> float | None:
+        """The mean bytes over every answer of *groups* (``None`` if none was measured)."""
+        means = [mean for mean in map(self.bytes.__getitem__, groups) if mean.count]
+        count = sum(mean.count for mean in means)
+        return sum(mean.mean * mean.count for mean in means) / count if count else None
 
     def health_of(self, host: str) -> HostHealth:
         health = self.health.get(host)
@@ -182,12 +185,9 @@ class HostBook:
 
     def robots_bytes(self, host: str) -> float | None:
         """The mean bytes of *host*'s robots.txt answers, else of every host's (``None`` before any was measured)."""
-        mean = self.bytes.get(f"{host}|{ROBOTS_TYPE}")
-        if mean is not None and mean.count:
-            return mean.mean
-        means = [m for g, m in self.bytes.items() if g.endswith(ROBOTS_TYPE) and m.count]
-        count = sum(m.count for m in means)
-        return sum(m.mean * m.count for m in means) / count if count else None
+        key = f"{host}|{ROBOTS_TYPE}"
+        own = self._pooled([key]) if key in self.bytes else None
+        return own if own is not None else self._pooled(g for g in self.bytes if g.endswith(ROBOTS_TYPE))
 
     def blocked_for(self, host: str, now: float) -> float:
         """Seconds from epoch second *now* before *host* may be sent a request."""

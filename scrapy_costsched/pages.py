@@ -150,7 +150,12 @@ class PageState:
         last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
         return [last_seen, rate, self.value, self.gone_strikes, self.template is not None, self.group, cost, low, high,
                 self.not_before, self.links.to_json() if self.links is not None else None,
-                self.full_bytes.mean if self.full_bytes is not None and self.full_bytes.count else None]
+                self.own_full_bytes]
+
+    @property
+    def own_full_bytes(self) -> float | None:
+        """The page's own mean full fetch, once one was measured."""
+        return self.full_bytes.mean if self.full_bytes is not None and self.full_bytes.count else None
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -655,9 +655,8 @@ class Tracker:
         if page is None:
             return self._prior_cost()
         costs = self._group_costs(page.group, self.now())
-        if self.billing.unit == "bytes" and page.full_bytes is not None and page.full_bytes.count:
-            return self._own_costs(costs, page.full_bytes.mean)[0]
-        return costs.full
+        own = page.own_full_bytes
+        return self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -698,8 +697,10 @@ class Tracker:
                 costs[group] = self._group_costs(group, now)
             revalidation_cost = None
             if cost is None:
-                cost, revalidation_cost = self._own_costs(costs[group], full_bytes) if by_size and full_bytes \
-                    else costs[group][:2]
+                if by_size and full_bytes is not None:
+                    cost, revalidation_cost = self._own_costs(costs[group], full_bytes)
+                else:
+                    cost, revalidation_cost, _ = costs[group]
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)

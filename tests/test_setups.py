@@ -66,19 +66,18 @@ class Crawls:
 
     def report(self, *options: str, settings: tuple[str, ...] = ()) -> str:
         """``scrapy costsched-report`` on the state, at the time of the last run."""
-        cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--state", str(self.tmp / "state.sqlite"), *options,
-               "-s", "COSTSCHED_CLOCK=demo_site.clock.now"]  # the spider's clock, which --state does not name
-        for setting in settings:
-            cmd += ["-s", setting]
-        proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
-                              check=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
+        return self._command("costsched-report", *options, settings=settings)
 
     def show(self, path: str, *options: str) -> str:
         """``scrapy costsched-state show`` of the page at *path*, at the time of the last run."""
-        cmd = [sys.executable, "-m", "scrapy", "costsched-state", "show", self.site.url + path, "--state",
-               str(self.tmp / "state.sqlite"), *options, "-s", "COSTSCHED_CLOCK=demo_site.clock.now"]
+        return self._command("costsched-state", "show", self.site.url + path, *options)
+
+    def _command(self, *args: str, settings: tuple[str, ...] = ()) -> str:
+        """A command of the add-on's on the state; its output."""
+        cmd = [sys.executable, "-m", "scrapy", *args, "--state", str(self.tmp / "state.sqlite"),
+               "-s", "COSTSCHED_CLOCK=demo_site.clock.now"]  # the spider's clock, which --state does not name
+        for setting in settings:
+            cmd += ["-s", setting]
         proc = subprocess.run(cmd, cwd=self.tmp, env=self._env(), capture_output=True, text=True, timeout=120,
                               check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
