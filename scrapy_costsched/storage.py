@@ -65,6 +65,9 @@ class StateStorage(Protocol):
     be buffered until ``commit``; ``close`` commits.
     """
 
+    #: Whether ``open`` found an empty state (nothing to lose) and initialised it as new: the caller says so.
+    found_empty: bool
+
     def open(self) -> None: ...
 
     def close(self) -> None: ...
@@ -149,6 +152,10 @@ class SqliteDictStorage:
         #: Opened for the commands that only read (reports, exports): no lock is taken, so they read a
         #: state while a crawl writes it (what that crawl committed), and any write raises.
         self.read_only = read_only
+        #: Whether ``open`` found an empty file (a crash before the first commit, or a touch) and initialised
+        #: it as a new state. It says nothing itself: a crawl says so once its spider is open, where Scrapy
+        #: 2.14 and later count ``log_count/WARNING``.
+        self.found_empty = False
         self._lock: IO[str] | None = None
         self._db: SqliteDict | None = None
         self._pending: dict[str, str] = {}  # encoded rows not handed to sqlitedict yet, by key
@@ -179,9 +186,7 @@ class SqliteDictStorage:
         try:
             exists = self.path.exists()
             fresh = not exists or self.path.stat().st_size == 0
-            if exists and fresh:
-                # A crash between creating the file and its first commit, or a touch: nothing to lose.
-                logger.warning("The costsched state %r is empty, initialised as a new state.", str(self.path))
+            self.found_empty = exists and fresh  # nothing to lose
             version = SCHEMA_VERSION if fresh else self._check_existing()
             self._stamp("")  # written to from here on: a crash leaves no stamp, so the next open checks
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,

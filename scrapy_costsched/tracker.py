@@ -159,6 +159,7 @@ class Tracker:
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         self._unstorable: set[str] = set()
+        self._empty_state: str | None = None  # the state's path, when open() found it an empty file
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self.yield_only: set[str] = set()
         self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
@@ -225,6 +226,8 @@ class Tracker:
         store = storage_from_uri(state)
         new = not Path(state.removeprefix("sqlite:///")).exists()
         store.open()
+        self._empty_state = state if store.found_empty else None
+        new = new or store.found_empty
         try:
             self._check_fingerprinter(store, state)
             self._check_owner(store, state)
@@ -323,6 +326,9 @@ class Tracker:
         if self.billing.unit == "bytes":
             for gap in compression_gaps(self.crawler.settings):
                 logger.warning("costsched: billing by the byte, but %s", gap)
+        if self._empty_state is not None:
+            logger.warning("costsched: the state %s was an empty file (a crash before its first commit, or a touch); "
+                           "initialised as a new state", self._empty_state)
         if self._unstorable:
             self._warn_unstorable(sorted(self._unstorable))
 

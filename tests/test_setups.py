@@ -141,6 +141,18 @@ def test_a_retry_the_budget_cannot_pay_for_reaches_the_errback(crawls: Crawls) -
     assert "costsched/unsent_at_close" not in run.stats  # no reservation was left behind
 
 
+def test_an_empty_state_file_starts_a_new_state_with_a_counted_warning(crawls: Crawls) -> None:
+    """A crash before the first commit leaves a 0-byte state: the crawl starts anew and says so where
+    monitoring reads warnings (Scrapy 2.14 and later count ``log_count/WARNING`` once the spider is open)."""
+    (crawls.tmp / "state.sqlite").touch()
+    run = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1")
+    assert f"costsched: new state {crawls.tmp / 'state.sqlite'}" in run.log
+    warning = next(line for line in run.log.splitlines() if "was an empty file" in line)
+    assert "initialised as a new state" in warning
+    assert run.stats["log_count/WARNING"] == run.log.count("] WARNING: ") >= 1
+    assert crawls.page("/page/1")["visits"] == 1
+
+
 def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
     cache = ["HTTPCACHE_ENABLED=True", f"HTTPCACHE_DIR={crawls.tmp / 'cache'}"]
     crawls.run("COSTSCHED_BUDGET=10", *cache, paths="/page/1,/page/2")

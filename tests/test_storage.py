@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import signal
 import sqlite3
@@ -225,18 +224,17 @@ def test_a_writer_killed_mid_transaction_leaves_a_state_that_opens(tmp_path: Pat
     conn.close()
 
 
-def test_an_empty_file_is_initialised_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_empty_file_is_initialised_and_said_to_have_been_empty(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     path.touch()
     store = SqliteDictStorage(path)
-    with caplog.at_level(logging.WARNING, logger="scrapy_costsched"):
-        store.open()
+    store.open()
     store.close()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"The costsched state {str(path)!r} is empty, initialised as a new state."]
+    assert store.found_empty  # the crawl warns of it once its spider is open (test_setups.py)
     reopened = SqliteDictStorage(path)
     reopened.open()
     assert reopened.get_meta("schema") == {"format": "scrapy-costsched", "version": SCHEMA_VERSION}
+    assert not reopened.found_empty
     reopened.close()
 
 
