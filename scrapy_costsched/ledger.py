@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +35,8 @@ HOLD_META = "costsched_hold"
 GRANT_CHUNK_VISITS = 64
 #: ...and at most this share of the period's budget (what a crash may leave unspent).
 GRANT_CHUNK_SHARE = 0.05
+#: How many of the run's latest charges say how far their reservations fell short (:meth:`Ledger.remaining`).
+SHORTFALL_WINDOW = 32
 
 
 #: Meta key of the basis the latest run counted its period's spend on (``ledger_basis:<period>``: a period's).
@@ -106,6 +110,12 @@ class Ledger:
     not by the object: with ``JOBDIR`` the scheduler's disk queues hand back a copy
     of each request. A retry or redirect copies the meta of an attempt already
     charged, and is given a number of its own when it is reserved.
+
+    A reservation is an estimate (under byte billing, the mean bytes of pages like
+    it), and the requests queued and in flight were all priced before the latest
+    answers were measured: when answers keep costing more than was reserved for
+    them, what is reserved is scaled up by how far they fell short, so that the last
+    requests admitted do not overspend the period by the sum of their errors.
     """
 
     def __init__(self, store: StateStorage, basis: Basis, commit: Callable[[], None]) -> None:
@@ -121,6 +131,9 @@ class Ledger:
         self._reservations: dict[int | str, tuple[float, bool]] = {}
         self._holds = itertools.count(1)
         self._granted = self.spent
+        # What the latest charges cost over what was reserved for them, and their median (at least 1).
+        self._shortfalls: deque[float] = deque(maxlen=SHORTFALL_WINDOW)
+        self.shortfall = 1.0
 
     @property
     def period(self) -> int:
@@ -185,8 +198,20 @@ class Ledger:
         return self.spent - self.spent_at_start
 
     def remaining(self) -> float:
+        """The budget less what was spent and what is reserved, scaled by :attr:`shortfall`: the requests
+        queued or in flight are expected to cost as much more than their reservations as the latest did."""
         assert self.budget is not None
-        return self.budget - self.spent - self.reserved
+        return self.budget - self.spent - self.reserved * self.shortfall
+
+    def pays_to_send(self, request: Request) -> bool:
+        """Whether the budget pays for queued *request* to go out now: it less what was spent leaves enough for
+        what the requests sent before it and *request* itself are reserved at, scaled by :attr:`shortfall`.
+        Requests still queued behind it do not count: each is asked in its turn."""
+        assert self.budget is not None
+        hold = request.meta.get(HOLD_META)
+        entry = self._reservations.get(hold) if hold is not None else None
+        own = entry[0] if entry is not None and not entry[1] else 0.0
+        return self.budget - self.spent - (self.dispatched + own) * self.shortfall >= 0
 
     def left(self) -> str:
         """What is left of the period's budget, as the log says it: a budget lowered below the period's spend
@@ -235,18 +260,25 @@ class Ledger:
 
     def release(self, request: Request | str) -> bool:
         """Drop *request*'s reservation unpaid; ``True`` if it held one."""
+        return self._release(request) is not None
+
+    def _release(self, request: Request | str) -> float | None:
+        """Drop *request*'s reservation; what it held (``None`` if nothing)."""
         hold = request if isinstance(request, str) else request.meta.get(HOLD_META)
         entry = self._reservations.pop(hold, None) if hold is not None else None
         if entry is None:
-            return False
+            return None
         self.reserved = max(self.reserved - entry[0], 0.0)
         if entry[1]:
             self.dispatched = max(self.dispatched - entry[0], 0.0)
-        return True
+        return entry[0]
 
     def charge(self, request: Request, cost: float) -> None:
         """*request* left the downloader having cost *cost*."""
-        self.release(request)
+        reserved = self._release(request)
+        if reserved:
+            self._shortfalls.append(cost / reserved)
+            self.shortfall = max(statistics.median(self._shortfalls), 1.0)
         self.spent += cost
         if self.spent > self._granted:  # an attempt nothing reserved for: robots.txt, shadow mode
             self._granted = self.spent

@@ -558,6 +558,8 @@ class CostAwareScheduler(BaseScheduler):
                 if "retry_times" in request.meta or "redirect_urls" in request.meta:
                     return self._refused(request, "its host fell too sick for the visit to stay in this run's plan")
                 continue
+            if self._overdrawn(request):
+                continue
             wait = self.tracker.health.blocked_for(request)
             if wait <= 0:
                 return request
@@ -568,6 +570,26 @@ class CostAwareScheduler(BaseScheduler):
             self._waiting.setdefault(host, deque()).append(request)
             self.stats.inc_value(f"costsched/hosts/{host}/held")
         return None
+
+    def _overdrawn(self, request: Request) -> bool:
+        """Whether *request*, a page's first attempt, is held back: the budget no longer pays for it and the
+        requests sent before it as the run's latest answers price them (:meth:`Ledger.pays_to_send`).
+
+        A top-up reserves its requests at the estimates of that moment, and they wait in the wrapped
+        scheduler while the answers before them show what pages really cost; sent anyway, the last
+        of them overspend by the sum of their estimates' errors. A page held back is deferred to the
+        leftovers (which go out if the budget turns out to pay for them) and later runs.
+        """
+        meta = request.meta
+        if (not self.budgeted or REASON_META not in meta or meta.get(SUBREQUEST_META) or "retry_times" in meta
+                or "redirect_urls" in meta or self.tracker.ledger.pays_to_send(request)):
+            return False
+        self.tracker.ledger.release(request)
+        self.stats.inc_value("costsched/skipped/budget")
+        key = meta[PAGE_META]
+        self._dispatched.discard(key)
+        self._defer(key)
+        return True
 
     def _resumed(self, request: Request) -> Request | None:
         """A request a stopped run left in the wrapped scheduler's disk queue (``JOBDIR``), offered to this run

@@ -51,8 +51,9 @@ class _LoopbackServer:
 class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
-    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows) and
-    ``/api?url=PATH`` (PATH's answer, as a scraping API relays it). Loopback only. *page_headers* go
+    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows),
+    ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer, as a
+    scraping API relays it). Loopback only. *page_headers* go
     out with every ``/page`` and ``/flaky`` answer. With *validators* pages carry an ETag and honour
     ``If-None-Match``; *flaky_odd* makes ``/flaky`` answer 503 to every odd hit; *moved* maps paths to
     301 targets; *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
@@ -92,6 +93,8 @@ class EdgeSite(_LoopbackServer):
                     self._send(301, b"", {"Location": f"/page/{number}"})
                 elif kind == "flaky" and (hits == 1 or (site.flaky_odd and hits % 2)):
                     self._send(503, b"busy")
+                elif kind == "sized" and number.isdigit():
+                    self._send(200, f"<html><p>{'x' * 100 * int(number)}</p></html>".encode(), {"Content-Type": "text/html"})
                 elif kind in ("page", "flaky", "sometimes", "private"):
                     etag = f'"{kind}-{number}-v{site.version}"'
                     if site.validators and self.headers.get("If-None-Match") == etag:

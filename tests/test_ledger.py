@@ -137,3 +137,26 @@ def test_books_of_another_unit_are_kept_apart(tmp_path: Path) -> None:
     books = sorted((b.unit, b.superseded, b.runs, b.total("spent")) for b in stored_periods(store))
     assert books == [("bytes", True, 1, 900.0), ("requests", False, 1, 2.0), ("requests", True, 1, 3.0)]
     store.close()
+
+
+def test_reservations_are_scaled_by_how_far_the_latest_charges_exceeded_theirs(tmp_path: Path) -> None:
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    ledger = Ledger(store, Basis(0, DAY, "bytes", 10_000.0), commit=store.commit)
+    requests = [Request(f"http://a.example/{n}") for n in range(6)]
+    for request in requests:
+        ledger.reserve(request, 500.0)  # the mean bytes of the pages measured so far
+    ledger.charge(requests[0], 250.0)  # cheaper than reserved: reservations are not scaled down
+    assert ledger.shortfall == 1.0
+    assert ledger.remaining() == 10_000.0 - 250.0 - 5 * 500.0
+    for request in requests[1:3]:
+        ledger.charge(request, 1500.0)  # three times what was reserved: the median of 0.5, 3 and 3
+    assert ledger.shortfall == 3.0
+    assert ledger.remaining() == 10_000.0 - 3250.0 - 3 * 500.0 * 3.0
+    ledger.dispatch(requests[3])
+    # A queued request goes out if what the requests sent before it and itself will cost, priced alike, fits;
+    # those queued behind it do not count.
+    assert ledger.pays_to_send(requests[4])  # 10,000 - 3,250 - (500 + 500) * 3 = 3,750
+    ledger.charge(requests[3], 6000.0)
+    assert not ledger.pays_to_send(requests[4])  # 10,000 - 9,250 - 500 * 3 < 0
+    store.close()
