@@ -577,8 +577,8 @@ class CostAwareScheduler(BaseScheduler):
 
         A top-up reserves its requests at the estimates of that moment, and they wait in the wrapped
         scheduler while the answers before them show what pages really cost; sent anyway, the last
-        of them overspend by the sum of their estimates' errors. A page held back is deferred to the
-        leftovers (which go out if the budget turns out to pay for them) and later runs.
+        of them overspend by the sum of their estimates' errors. A new page held back is deferred to the
+        leftovers (which go out if the budget turns out to pay for them), a planned one to the next run.
         """
         meta = request.meta
         if (not self.budgeted or REASON_META not in meta or meta.get(SUBREQUEST_META) or "retry_times" in meta
@@ -588,7 +588,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.inc_value("costsched/skipped/budget")
         key = meta[PAGE_META]
         self._dispatched.discard(key)
-        self._defer(key)
+        if key not in self._planned:
+            self._defer(key)
         return True
 
     def _resumed(self, request: Request) -> Request | None:
