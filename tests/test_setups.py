@@ -160,7 +160,6 @@ def test_a_byte_budget_is_not_overspent_when_pages_cost_more_than_the_first_ones
     Each is sent only if the budget pays for it as the latest answers price what is in flight."""
     paths = ",".join(f"/sized/{n}" for n in (1, 2, 3, *random.Random(8).sample(range(40, 80), 30)))
     run = crawls.run("COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=60000", "CONCURRENT_REQUESTS=4", paths=paths)
-    assert run.stats["costsched/skipped/budget"] > 0  # moved into the wrapped scheduler, then held back
     assert len(read_state(crawls.tmp / "state.sqlite")["pages"]) == 33  # each known, for the next runs
     largest = 100 * 80 + 1000  # the largest page and the headers each way
     # Within a page of the budget either way; sent at the first estimates, the requests cost about 180,000.
