@@ -202,6 +202,9 @@ class CostAwareScheduler(BaseScheduler):
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
         self._deferred: list[str] = []
+        # Planned pages held back for the budget (_overdrawn), offered once more when the run goes idle.
+        self._held_back: list[str] = []
+        self._reoffered: set[str] = set()
         # Start URLs left out of the plan, by page: reported at the close unless a leftover round visited them.
         self._left_out_starts: dict[str, str] = {}
         # Requests taken from the wrapped scheduler for a host under a Retry-After block, by host.
@@ -577,8 +580,9 @@ class CostAwareScheduler(BaseScheduler):
 
         A top-up reserves its requests at the estimates of that moment, and they wait in the wrapped
         scheduler while the answers before them show what pages really cost; sent anyway, the last
-        of them overspend by the sum of their estimates' errors. A new page held back is deferred to the
-        leftovers (which go out if the budget turns out to pay for them), a planned one to the next run.
+        of them overspend by the sum of their estimates' errors. A page held back is kept for the leftovers,
+        which go out if the budget turns out to pay for them: a new page is deferred, a planned one offered
+        again once (:meth:`_reoffer_held_back`); held back again, a planned page waits for the next run.
         """
         meta = request.meta
         if (not self.budgeted or REASON_META not in meta or meta.get(SUBREQUEST_META) or "retry_times" in meta
@@ -590,6 +594,8 @@ class CostAwareScheduler(BaseScheduler):
         self._dispatched.discard(key)
         if key not in self._planned:
             self._defer(key)
+        elif key not in self._reoffered:
+            self._held_back.append(key)
         return True
 
     def _resumed(self, request: Request) -> Request | None:
@@ -657,6 +663,9 @@ class CostAwareScheduler(BaseScheduler):
             extra = self.tracker.candidates(self.tracker.now(), deferred)
             self._ranking.extend(rank(extra, self.config.objective, cycle=self.cycle))
             self._deferred = []
+        if self._reoffer_held_back():
+            self.stats.inc_value("costsched/leftover_rounds")
+            raise DontCloseSpider
         self._extend_plan()
         while self._next_planned_fits():
             position = self._cursor
@@ -720,6 +729,25 @@ class CostAwareScheduler(BaseScheduler):
         if request is None:
             self.stats.inc_value("costsched/skipped/no_template")
         return request
+
+    def _reoffer_held_back(self) -> bool:
+        """Offer the planned pages held back for the budget once more, through the engine (which wakes now
+        rather than at its next heartbeat); whether any went out. Every answer is in by now, so the budget
+        left is known: they rank above the pages a leftover round would add to the plan."""
+        held_back, self._held_back = self._held_back, []
+        offered = False
+        for key in held_back:
+            if key in self._dispatched:
+                continue
+            request = self._reissue(key)
+            if request is None:
+                continue
+            self._reoffered.add(key)
+            request.priority += REFRESH_PRIORITY_OFFSET
+            assert self.crawler.engine is not None
+            self.crawler.engine.crawl(request)
+            offered = offered or key in self._dispatched
+        return offered
 
     def _extend_plan(self) -> None:
         """Move the end of the plan down the ranking as far as the remaining budget pays."""

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import pytest
 from scrapy import Request, Spider
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.test import get_crawler
 
 from scrapy_costsched import CostAwareScheduler
@@ -219,6 +220,47 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     assert scheduler._ranking.keys == full
     assert scheduler._plan_end == head + 20
     assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
+    scheduler.close("finished")
+
+
+class IdleEngine:
+    """What a leftover round needs of the engine: ``crawl`` offers a request to the scheduler (as Scrapy's does)."""
+
+    def __init__(self, scheduler: CostAwareScheduler) -> None:
+        self.scheduler = scheduler
+
+    def crawl(self, request: Request) -> None:
+        self.scheduler.enqueue_request(request)
+
+
+def test_a_planned_page_held_back_for_the_budget_is_offered_once_more_when_the_run_goes_idle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left over from the byte-budget fix: a planned page held back at its turn, because the answers before it
+    cost more than expected, waited for the next run even when the budget turned out to pay for it after all."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 100,
+                                           [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(5)])
+    crawler.engine = IdleEngine(scheduler)  # type: ignore[assignment]
+    spider, fallback = crawler.spider, scheduler.fallback
+    assert spider is not None
+    assert isinstance(fallback, ListScheduler)
+    ledger = scheduler.tracker.ledger
+    planned = list(scheduler._ranking.keys[:5])
+    assert scheduler._plan_end == 5
+    monkeypatch.setattr(ledger, "pays_to_send", lambda request: False)  # as if the first answers cost double
+    assert scheduler.next_request() is None
+    assert crawler.stats.get_value("costsched/skipped/budget") == 5
+    monkeypatch.undo()
+    with pytest.raises(DontCloseSpider):
+        scheduler._spider_idle(spider)
+    assert [scheduler.tracker.fingerprint(r) for r in fallback.queue] == planned
+    assert crawler.stats.get_value("costsched/leftover_rounds") == 1
+    assert crawler.stats.get_value("costsched/admitted/refresh") == 10
+    # Held back a second time, a page waits for the next run: the run ends rather than offer it again.
+    monkeypatch.setattr(ledger, "pays_to_send", lambda request: False)
+    assert scheduler.next_request() is None
+    assert crawler.stats.get_value("costsched/skipped/budget") == 10
+    scheduler._spider_idle(spider)
+    assert crawler.stats.get_value("costsched/leftover_rounds") == 1
     scheduler.close("finished")
 
 
