@@ -147,6 +147,9 @@ class ListScheduler(BaseScheduler):
     def has_pending_requests(self) -> bool:
         return bool(self.queue)
 
+    def __len__(self) -> int:
+        return len(self.queue)
+
     def enqueue_request(self, request: Request) -> bool:
         self.queue.append(request)
         return True
@@ -262,6 +265,62 @@ def test_a_planned_page_held_back_for_the_budget_is_offered_once_more_when_the_r
     scheduler._spider_idle(spider)
     assert crawler.stats.get_value("costsched/leftover_rounds") == 1
     scheduler.close("finished")
+
+
+class BusyDownloader:
+    """What the scheduler reads of Scrapy's downloader: its slots' concurrency and the requests it holds."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, Any] = {}
+        self.active: set[Request] = set()
+
+    @staticmethod
+    def get_slot_key(request: Request) -> str:
+        return urlparse(request.url).hostname or ""
+
+
+class DownloadingEngine:
+    def __init__(self) -> None:
+        self.downloader = BusyDownloader()
+
+
+def test_a_request_whose_download_slot_is_busy_waits_in_the_scheduler_for_its_turn(tmp_path: Path) -> None:
+    """Found in a trial with startproject's settings (one request per host at a time, a second apart): the
+    engine moved 16 requests into the host's download slot at the first estimates, and the budget check at
+    their turn never saw them. Now a request goes out when its slot can start it; the others wait here."""
+    pages = [(f"http://127.0.0.{host}:9/p/{i}", "normal", 1.0, 5.0) for host in (1, 2) for i in range(3)]
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 100, pages)
+    engine = DownloadingEngine()
+    crawler.engine = engine  # type: ignore[assignment]
+    downloader = engine.downloader
+    downloader.slots["127.0.0.1"] = downloader.slots["127.0.0.2"] = type("Slot", (), {"concurrency": 1})()
+    fallback = scheduler.fallback
+    assert isinstance(fallback, ListScheduler)
+
+    def sent() -> Request | None:
+        request = scheduler.next_request()
+        if request is not None:
+            downloader.active.add(request)  # as Downloader.fetch does
+        return request
+
+    first, second = sent(), sent()
+    assert first is not None
+    assert second is not None
+    assert {urlparse(first.url).hostname, urlparse(second.url).hostname} == {"127.0.0.1", "127.0.0.2"}
+    assert sent() is None  # both slots are busy: the rest wait here, not in the downloader
+    assert scheduler.has_pending_requests()
+    assert len(scheduler) == 4
+    downloader.active.discard(first)  # its answer came
+    third = sent()
+    assert third is not None
+    assert urlparse(third.url).hostname == urlparse(first.url).hostname
+    assert sent() is None
+    # A JOBDIR keeps what waited here: back in the wrapped scheduler before it closes.
+    waiting = sum(map(len, scheduler._slot_queues.values()))
+    queued = len(fallback.queue)
+    assert waiting > 0
+    scheduler.close("shutdown")
+    assert len(fallback.queue) == queued + waiting
 
 
 def test_the_plan_pays_for_robots_txt_out_of_refreshes_not_out_of_the_discovery_reserve(tmp_path: Path) -> None:
