@@ -210,7 +210,7 @@ class CostAwareScheduler(BaseScheduler):
         # Requests taken from the wrapped scheduler for a host under a Retry-After block, by host.
         self._waiting: dict[str, deque[Request]] = {}
         # Requests taken from the wrapped scheduler while their download slot was busy, by slot (_next_in_turn);
-        # as many at most as the downloader takes (CONCURRENT_REQUESTS, 0 for no limit).
+        # as many at most as the downloader takes (CONCURRENT_REQUESTS; 16 where 0 lifts its limit).
         self._slot_queues: dict[str, deque[Request]] = {}
         self._slot_queue_limit = max(crawler.settings.getint("CONCURRENT_REQUESTS"), 0) or 16
         self._frozen = False
