@@ -21,10 +21,10 @@ from scrapy_costsched.headers import format_http_date
 from scrapy_costsched.model.health import HostHealth
 from scrapy_costsched.model.trust import SignalTrust
 from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
-from scrapy_costsched.pages import MeanBytes
+from scrapy_costsched.pages import Hops, MeanBytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from scrapy.statscollectors import StatsCollector
 
@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: A host's row in the state's meta: ``{kind: entry}``, and under ``bytes`` its groups' means.
+#: A host's row in the state's meta: ``{kind: entry}``, and under ``bytes`` and ``hops`` its groups' means.
 HOST_PREFIX = "host:"
 #: The group under which a host's robots.txt answers are measured (no page type has a '/'-led name).
 ROBOTS_TYPE = "/robots.txt"
+#: Kinds of entry a host's row keeps per group of its pages (host|page type), not one for the host.
+_BY_GROUP = frozenset({"bytes", "hops"})
 #: The rows that held one kind of entry for every host before a row per host, and that kind.
 _SHARED_ROWS = {"last_modified_trust": "last_modified", "host_validators": "validators", "host_bytes": "bytes",
                 "host_health": "health"}
@@ -52,6 +54,8 @@ class HostBook:
         self.validators: dict[str, HostValidators] = {}
         self.bytes: dict[str, MeanBytes] = {}  # by group (host|page type), and group|304; host|/robots.txt too
         self._groups: dict[str, set[str]] = {}  # each host's keys of bytes
+        self.hops: dict[str, Hops] = {}  # by group (host|page type)
+        self._hop_groups: dict[str, set[str]] = {}  # each host's keys of hops
         self.health: dict[str, HostHealth] = {}
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
         self._touched: set[str] = set()  # hosts whose entries may have changed since the last save
@@ -60,6 +64,7 @@ class HostBook:
             "last_modified": (self.last_modified, SignalTrust.from_json),
             "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
             "bytes": (self.bytes, MeanBytes.from_json),
+            "hops": (self.hops, Hops.from_json),
             "health": (self.health, HostHealth.from_json),
         }
         self._shared_rows: list[str] = []
@@ -74,11 +79,13 @@ class HostBook:
                 self._touched.add(host)  # rewritten at the next save from what this run learns
                 entries = self._unreadable(key, entries)
             for kind, entry in entries.items():
-                self._load(kind, entry if kind == "bytes" and isinstance(entry, dict) else {host: entry})
+                self._load(kind, entry if kind in _BY_GROUP and isinstance(entry, dict) else {host: entry})
         for host, validators in self.validators.items():
             validators.last_modified = self.last_modified.setdefault(host, SignalTrust())  # one object, audited
         for group in self.bytes:
             self._groups.setdefault(group.partition("|")[0], set()).add(group)
+        for group in self.hops:
+            self._hop_groups.setdefault(group.partition("|")[0], set()).add(group)
         if self._shared_rows:  # moved into rows of their own at the next save
             self._touched.update(self.last_modified, self.validators, self.health, self._groups)
 
@@ -144,6 +151,16 @@ class HostBook:
         self._touched.add(host)
         self._groups.setdefault(host, set()).add(key)
         self.bytes.setdefault(key, MeanBytes()).add(size)
+
+    def add_hops(self, group: str, sizes: Sequence[float]) -> None:
+        """A visit of a page of *group* reached its answer through redirects that moved *sizes* bytes each."""
+        host = group.partition("|")[0]
+        self._touched.add(host)
+        self._hop_groups.setdefault(host, set()).add(group)
+        hops = self.hops.get(group)
+        if hops is None:
+            hops = self.hops[group] = Hops()
+        hops.add(sizes)
 
     def mean_bytes(self, group: str | None, not_modified: bool) -> float | None:
         """The mean bytes of one kind of answer for pages of *group*, or over every group of pages (``None``)."""
@@ -228,4 +245,7 @@ class HostBook:
         groups = self._groups.get(host)
         if groups:
             row["bytes"] = {group: self.bytes[group].to_json() for group in sorted(groups)}
+        hop_groups = self._hop_groups.get(host)
+        if hop_groups:
+            row["hops"] = {group: self.hops[group].to_json() for group in sorted(hop_groups)}
         return row

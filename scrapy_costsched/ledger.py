@@ -37,6 +37,8 @@ GRANT_CHUNK_VISITS = 64
 GRANT_CHUNK_SHARE = 0.05
 #: How many of the run's latest charges say how far their reservations fell short (:meth:`Ledger.remaining`).
 SHORTFALL_WINDOW = 32
+#: What sums of fractional costs may be off by, as a share of the budget: a cost that fits within it fits.
+ROUNDING = 1e-9
 
 
 #: Meta key of the basis the latest run counted its period's spend on (``ledger_basis:<period>``: a period's).
@@ -203,15 +205,28 @@ class Ledger:
         assert self.budget is not None
         return self.budget - self.spent - self.reserved * self.shortfall
 
+    def spendable(self) -> float:
+        """What a request may yet be reserved at: :meth:`remaining`, within :data:`ROUNDING`."""
+        assert self.budget is not None
+        return self.remaining() + self.budget * ROUNDING
+
     def pays_to_send(self, request: Request) -> bool:
         """Whether the budget pays for queued *request* to go out now: it less what was spent leaves enough for
         what the requests sent before it and *request* itself are reserved at, scaled by :attr:`shortfall`.
         Requests still queued behind it do not count: each is asked in its turn."""
-        assert self.budget is not None
         hold = request.meta.get(HOLD_META)
         entry = self._reservations.get(hold) if hold is not None else None
-        own = entry[0] if entry is not None and not entry[1] else 0.0
-        return self.budget - self.spent - (self.dispatched + own) * self.shortfall >= 0
+        return self.affords(entry[0] if entry is not None and not entry[1] else 0.0)
+
+    def affords(self, cost: float) -> bool:
+        """Whether the budget pays for *cost* on top of what was spent and what the requests sent are reserved
+        at, scaled by :attr:`shortfall`; requests merely queued do not count, each is asked at its turn.
+
+        Within :data:`ROUNDING`: reservations of fractional costs (a page type's mean redirects, bytes) added
+        and released leave a remainder, which must not refuse a visit that fits exactly.
+        """
+        assert self.budget is not None
+        return self.budget - self.spent - (self.dispatched + cost) * self.shortfall >= -self.budget * ROUNDING
 
     def left(self) -> str:
         """What is left of the period's budget, as the log says it: a budget lowered below the period's spend

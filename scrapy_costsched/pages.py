@@ -74,6 +74,41 @@ class MeanBytes:
         return cls(float(data[0]), int(data[1]))
 
 
+@dataclass
+class Hops:
+    """The redirects a visit of one kind of page goes through before its answer: how many a visit, and their bytes.
+
+    A link to a URL that redirects (``/p/7`` to ``/post/7/``, ``http`` to ``https``) costs every visit an attempt
+    more, which each billing model charges: a visit is priced with its kind of page's hops.
+
+    >>> hops = Hops()
+    >>> for sizes in ([200.0], [], [200.0, 300.0]): hops.add(sizes)
+    >>> hops.per_visit, hops.bytes.mean
+    (1.0, 233.33333333333334)
+    """
+
+    per_visit: float = 0.0
+    visits: int = 0
+    bytes: MeanBytes = field(default_factory=MeanBytes)
+
+    def add(self, sizes: Sequence[float]) -> None:
+        """One visit, through redirects that moved *sizes* bytes each (none: straight to its answer)."""
+        self.visits += 1
+        self.per_visit += (len(sizes) - self.per_visit) * max(1.0 / self.visits, BYTES_WEIGHT)
+        for size in sizes:
+            self.bytes.add(size)
+
+    def to_json(self) -> list[Any]:
+        return [self.per_visit, self.visits, self.bytes.to_json()]
+
+    @classmethod
+    def from_json(cls, data: object) -> Hops:
+        if not (isinstance(data, list) and len(data) == 3 and isinstance(data[0], (int, float)) and data[0] >= 0
+                and isinstance(data[1], int) and data[1] >= 0):
+            raise ValueError(f"malformed redirect hops: {data!r}")
+        return cls(float(data[0]), data[1], MeanBytes.from_json(data[2]))
+
+
 def group_of(host: str, page_type: str) -> str:
     """Pages that share a prior: same host, same page type."""
     return f"{host}|{page_type}"

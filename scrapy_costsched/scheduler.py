@@ -338,7 +338,7 @@ class CostAwareScheduler(BaseScheduler):
 
     def _available(self) -> float:
         """What the next visit may spend: the ledger's remaining budget less what planned pages hold."""
-        return self.tracker.ledger.remaining() - self._held
+        return self.tracker.ledger.spendable() - self._held
 
     def _budgeted_cost(self, position: int) -> float:
         """Leftovers plan a page only the spider can yield (no stored template) at no cost: it goes
@@ -387,12 +387,17 @@ class CostAwareScheduler(BaseScheduler):
         if not self._discovery:
             return False
         cost = self.tracker.planned_cost(self._discovery[0][3].meta, self._discovery[0][2])
-        return (self._discovery_spent + cost <= self._discovery_allowance
-                and cost <= self._available())
+        return self._discovery_spent + cost <= self._discovery_allowance and self._fits(cost)
 
     def _next_planned_fits(self) -> bool:
         self._skip_dispatched()
-        return self._cursor < self._plan_end and self._ranking.costs[self._cursor] <= self._available()
+        return self._cursor < self._plan_end and self._fits(self._ranking.costs[self._cursor])
+
+    def _fits(self, cost: float) -> bool:
+        """Whether a visit of *cost* may move into the wrapped scheduler: the budget left after what is queued and
+        held pays for it, and so would the check at its turn (:meth:`_overdrawn`). Were the second not asked, a
+        leftover round would offer page after page the check then holds back, down the whole ranking."""
+        return cost <= self._available() and self.tracker.ledger.affords(cost)
 
     def _skip_dispatched(self) -> None:
         while self._cursor < self._plan_end and self._ranking.keys[self._cursor] in self._dispatched:
@@ -500,11 +505,26 @@ class CostAwareScheduler(BaseScheduler):
             if hop:  # Scrapy's duplicate filter dropped it (shadow mode is plain Scrapy)
                 self.tracker.redirected_to_fetched(hop_of)
             return False
-        cost = self.tracker.planned_cost(request.meta)
-        if cost > self.tracker.ledger.remaining():
+        # A visit under way goes on ahead of first attempts merely queued: the attempt it already paid for is
+        # wasted unless this one goes out. So it needs only what was sent to leave room for it, and counts
+        # as sent at once; a queued first attempt the budget no longer pays for is held back at its turn.
+        cost = self.tracker.planned_cost(request.meta, attempt=True)
+        if not self.tracker.ledger.affords(cost):
             self.stats.inc_value("costsched/skipped/budget")
             return self.fallback.enqueue_request(self._refused(request, "the period's budget cannot pay for it"))
-        return self._pass_on(request, cost, "costsched/attempts/extra")
+        # A redirect's target is priced at an estimate for its kind of page: it goes out next through its slot
+        # (the duplicate filter's work is done above), so what the estimate misses is in flight, not in what
+        # waits. A retry waits its turn, as RetryMiddleware's lower priority asks, and so does a sub-request.
+        slot = self._slot_of(request) if hop else None
+        if slot is None:
+            if not self._pass_on(request, cost, "costsched/attempts/extra"):
+                return False
+        else:
+            self.tracker.reserve(request, cost)
+            self._slot_queues.setdefault(slot, deque()).appendleft(request)
+            self.stats.inc_value("costsched/attempts/extra")
+        self.tracker.ledger.dispatch(request)
+        return True
 
     @staticmethod
     def _refused(request: Request, why: str) -> Request:
@@ -809,7 +829,7 @@ class CostAwareScheduler(BaseScheduler):
 
     def _extend_plan(self) -> None:
         """Move the end of the plan down the ranking as far as the remaining budget pays."""
-        budget = self.tracker.ledger.remaining()
+        budget = self.tracker.ledger.spendable()
         end = self._cursor
         while True:
             if end == len(self._ranking) and (not self._rank_rest() or end == len(self._ranking)):

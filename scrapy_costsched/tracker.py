@@ -107,11 +107,13 @@ async def _finished(closed: Deferred[None]) -> None:
 
 class _GroupCosts(NamedTuple):
     """A visit's price for the pages of one group: in *full*, answered 304 (*revalidation*, ``None`` when not
-    planned so), and the part of each that pays for the failed attempts its host's health expects first."""
+    planned so), the part of each that pays for the failed attempts its host's health expects first, and the
+    part that pays for the redirects its pages' visits go through."""
 
     full: float
     revalidation: float | None
     failures: float
+    hops: float
 
 
 def _robots_holder(netloc: str) -> str:
@@ -158,6 +160,8 @@ class Tracker:
         self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
+        # Billed bytes of each redirect a page's visit went through, until its answer is measured.
+        self._hops: dict[str, list[float]] = {}
         self._unstorable: set[str] = set()
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
@@ -376,6 +380,7 @@ class Tracker:
                 self._record_bytes(key, page)
                 self.pages.changed(key, page)
         self._unrecorded_bytes.clear()
+        self._hops.clear()
         self._warn_volatile()
         self.accounts.close(self._group_of)
         unsent = self.ledger.release_all()
@@ -648,11 +653,12 @@ class Tracker:
         logger.log(level, message, *args)
         return True
 
-    def planned_cost(self, meta: dict[str, Any], key: str | None = None) -> float:
+    def planned_cost(self, meta: dict[str, Any], key: str | None = None, *, attempt: bool = False) -> float:
         """What a visit is expected to cost: the ``costsched_cost`` override, else a full fetch of its page (under
         byte billing at its own mean, where it has one) or of its kind of page.
 
-        *key* is the page's, when the caller knows it (else the page in *meta*, if any).
+        *key* is the page's, when the caller knows it (else the page in *meta*, if any). With *attempt*, what one
+        more attempt of a visit under way costs (a retry, a redirect's target): its redirects are behind it.
         """
         override = self._cost_override(meta)
         if override is not None:
@@ -662,7 +668,8 @@ class Tracker:
             return self._prior_cost()
         costs = self._group_costs(page.group, self.now())
         own = page.own_full_bytes
-        return self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
+        full = self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
+        return full - costs.hops if attempt else full
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -706,7 +713,7 @@ class Tracker:
                 if by_size and full_bytes is not None:
                     cost, revalidation_cost = self._own_costs(costs[group], full_bytes)
                 else:
-                    cost, revalidation_cost, _ = costs[group]
+                    cost, revalidation_cost, _, _ = costs[group]
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)
@@ -722,7 +729,7 @@ class Tracker:
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
         """Under byte billing, a visit of a page whose own mean full fetch is *full_bytes*, of a group priced at
         *costs*: pages of one kind differ in size (a category of 10 products, one of 200), their 304s hardly."""
-        full = self.billing.expected_cost(self.billing.attempt_cost(200, round(full_bytes))) + costs.failures
+        full = self.billing.expected_cost(self.billing.attempt_cost(200, round(full_bytes))) + costs.failures + costs.hops
         return full, costs.revalidation if costs.revalidation is not None and costs.revalidation < full else None
 
     def _group_costs(self, group: str, now: float) -> _GroupCosts:
@@ -733,7 +740,7 @@ class Tracker:
         the visit by its marginal expected cost ``c304 + (cfull − c304)·P(changed)`` (research.md
         section 1, :func:`~.model.freshness.visit_index`). Each includes the failed attempts the
         host's health expects before a success (:meth:`Health.priced`), which are the same for
-        every visit of the host.
+        every visit of the host, and the redirects the group's visits went through (priced as 301s).
         """
         full = self.hosts.mean_bytes(group, not_modified=False)
         if full is None:
@@ -748,8 +755,17 @@ class Tracker:
             revalidation = self.billing.attempt_cost(304, round(not_modified))
             revalidation = revalidation if revalidation < cost else None
         priced = self.health.priced(host_name, cost)
-        return _GroupCosts(priced, None if revalidation is None else self.health.priced(host_name, revalidation),
-                           priced - cost)
+        hops = self._hops_cost(group)
+        return _GroupCosts(priced + hops,
+                           None if revalidation is None else self.health.priced(host_name, revalidation) + hops,
+                           priced - cost, hops)
+
+    def _hops_cost(self, group: str) -> float:
+        """What the redirects a visit of a page of *group* goes through cost, as measured on its visits so far."""
+        hops = self.hosts.hops.get(group)
+        if hops is None or not hops.per_visit:
+            return 0.0
+        return hops.per_visit * self.billing.attempt_cost(301, round(hops.bytes.mean))
 
     def _prior_cost(self) -> float:
         """What a visit is planned at before anything of its kind was measured: the billing model's prior, but
@@ -885,6 +901,10 @@ class Tracker:
                 self._failed_attempts[key] = False
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)
+            elif status is not None and 300 <= status < 400:
+                self._hops.setdefault(key, []).append(billed)
+            elif status is not None:  # 404, 410: the visit ended without an answer to measure
+                self._hops.pop(key, None)
 
     def _billed_bytes(self, request: Request, size: int) -> float:
         """The bytes an attempt is billed for: those measured on the wire, times ``COSTSCHED_RENDER_FACTOR`` for a
@@ -907,9 +927,11 @@ class Tracker:
         """A page's answer moved *size* bytes: into its host and page type's mean now, 304s apart, and into the
         page's own with its observation (so a commit between the two does not write the page twice)."""
         page = self.page(key)
+        hops = self._hops.pop(key, ())
         if page is None:
             return
         self.hosts.add_bytes(page.group, not_modified, size)
+        self.hosts.add_hops(page.group, hops)
         self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
 
     def _record_bytes(self, key: str, page: PageState) -> None:
@@ -1276,6 +1298,7 @@ class Tracker:
         self.accounts.moved(key, target)
         if key in self._unrecorded_bytes:
             self._unrecorded_bytes.setdefault(target, []).extend(self._unrecorded_bytes.pop(key))
+        self._hops.pop(key, None)  # the new URL's visits go to it straight
         self.stats.inc_value("costsched/moved")
         if not self._log_once(("moved", ""), "costsched: %s moved permanently to %s, a page the crawl knows: the old "
                               "URL is retired (re-checked every %d periods) and its visit counts for the new one "

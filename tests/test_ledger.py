@@ -160,3 +160,23 @@ def test_reservations_are_scaled_by_how_far_the_latest_charges_exceeded_theirs(t
     ledger.charge(requests[3], 6000.0)
     assert not ledger.pays_to_send(requests[4])  # 10,000 - 9,250 - 500 * 3 < 0
     store.close()
+
+
+def test_fractional_reservations_leave_no_remainder_that_refuses_a_visit_which_fits(tmp_path: Path) -> None:
+    """Found in a trial: pages priced with their type's mean redirects (1.6 credits) left 4e-16 credits counted as
+    sent once every request was charged, and the last visit, fitting the budget exactly, was refused."""
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    ledger = Ledger(store, Basis(0, DAY, "credits", 10.0), commit=store.commit)
+    requests = [Request(f"http://a.example/{n}") for n in range(3)]
+    for request, cost in zip(requests, (0.1, 2.4, 1.9), strict=True):
+        ledger.reserve(request, cost)
+        ledger.dispatch(request)
+    for request, cost in zip(requests, (0.1, 2.4, 1.9), strict=True):
+        ledger.charge(request, cost)
+    assert ledger.dispatched > 0.0  # what float sums leave: 0.1 + 2.4 + 1.9 - 0.1 - 2.4 - 1.9
+    left = 10.0 - ledger.spent
+    assert ledger.affords(left)
+    assert not ledger.affords(left + 0.001)
+    assert ledger.spendable() >= left
+    store.close()

@@ -267,6 +267,35 @@ def test_a_planned_page_held_back_for_the_budget_is_offered_once_more_when_the_r
     scheduler.close("finished")
 
 
+def test_leftover_rounds_offer_only_what_the_check_at_its_turn_would_send(tmp_path: Path) -> None:
+    """Found in a trial: when the latest answers cost more than their reservations, a leftover round offered a page
+    the budget paid for at its planned cost, the check at its turn (priced like those answers) held it back, and
+    the next round offered the next page: 93 rounds down the ranking at the end of one run."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 3,
+                                           [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(50)])
+    crawler.engine = IdleEngine(scheduler)  # type: ignore[assignment]
+    spider = crawler.spider
+    assert spider is not None
+    ledger = scheduler.tracker.ledger
+    while (request := scheduler.next_request()) is not None:  # the plan goes out at a request a page...
+        ledger.charge(request, 1.0)
+    ledger.spent, ledger.shortfall = 2.0, 1.5  # ...and the run's answers cost half as much again as planned
+    sent = rounds = 0
+    while rounds < 200:
+        rounds += 1
+        try:
+            scheduler._spider_idle(spider)
+        except DontCloseSpider:
+            while (request := scheduler.next_request()) is not None:
+                sent += 1
+                ledger.charge(request, 1.5)
+            continue
+        break
+    assert (rounds, sent) == (1, 0)  # one request left costs 1.5: nothing is offered
+    assert crawler.stats.get_value("costsched/leftover_rounds") is None
+    scheduler.close("finished")
+
+
 class BusyDownloader:
     """What the scheduler reads of Scrapy's downloader: its slots' concurrency and the requests it holds."""
 
