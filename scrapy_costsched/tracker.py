@@ -658,7 +658,8 @@ class Tracker:
         byte billing at its own mean, where it has one) or of its kind of page.
 
         *key* is the page's, when the caller knows it (else the page in *meta*, if any). With *attempt*, what one
-        more attempt of a visit under way costs (a retry, a redirect's target): its redirects are behind it.
+        more attempt of a visit under way (a retry, a redirect's target, a sub-request) is held at: one answer,
+        without the redirects its kind of page goes through, which are charged as they happen.
         """
         override = self._cost_override(meta)
         if override is not None:
