@@ -35,6 +35,15 @@ logger = logging.getLogger(__name__)
 DAY = 86400.0
 
 
+def _say_if_volatile(header: str, stat: str, page: PageState, was: str, now: str) -> None:
+    """Say when a host's *header* is found volatile (it moves without the records, a dynamic page's date of each
+    answer): it then neither dates changes nor goes out as a validator, which only the stats showed before (a
+    trial's site dated every answer at its own time)."""
+    if now == "volatile" and was != "volatile":
+        logger.info("costsched: %s's %s moves without the records (as at %s), so it is not used to date changes or "
+                    "sent back as a validator (costsched/hosts/%s/%s)", page.host, header, page.url, page.host, stat)
+
+
 class Learner:
     """Group priors, and what each completed visit teaches about its page."""
 
@@ -110,7 +119,7 @@ class Learner:
         """What a full answer says of its host's ETags and 304s (:mod:`~.model.validators`)."""
         host = self.hosts.of(page.host)
         if page.etag is not None and visit.etag is not None:
-            believed = not host.etag.probation
+            believed, was = not host.etag.probation, host.etag.verdict
             verdict = audit_etag(host.etag, page.etag, visit.etag, changed)
             self.stats.inc_value(f"costsched/etag/{verdict}")
             if verdict == CONTRADICTS and believed:
@@ -118,6 +127,8 @@ class Learner:
                 logger.warning("costsched: %s sent the same ETag for a changed record (%s): its ETags are not "
                                "trusted for a while (costsched/etag/contradicts counts each such answer)",
                                page.host, page.url)
+            else:
+                _say_if_volatile("ETag", "etag", page, was, host.etag.verdict)
         if visit.canary:
             self.stats.inc_value(f"costsched/not_modified/{host.answers.verified_by(False, visit.time / DAY)}")
         elif visit.validators_sent:
@@ -147,7 +158,7 @@ class Learner:
         if visit.last_modified is None or visit.modified_age is None:
             return None
         trust = self.hosts.last_modified_trust(page.host)
-        was_trusted = trust.trusted
+        was_trusted, was = trust.trusted, trust.verdict
         verdict, age_days = audit_date(trust, page.last_modified, visit.last_modified, visit.modified_age / DAY,
                                        changed, interval_days)
         if verdict is not None:
@@ -155,6 +166,8 @@ class Learner:
             if was_trusted and not trust.trusted:
                 logger.warning("costsched: %s's Last-Modified no longer dates changes (%s audit: %s)",
                                page.host, verdict, page.url)
+            else:
+                _say_if_volatile("Last-Modified", "last_modified", page, was, trust.verdict)
         if age_days is not None:
             self.stats.inc_value("costsched/last_modified/dated_changes")
         return age_days

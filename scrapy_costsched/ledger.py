@@ -45,6 +45,16 @@ ROUNDING = 1e-9
 BASIS_KEY = "ledger_basis"
 
 
+def amount(value: float, unit: str, spec: str = "g") -> str:
+    """*value* in *unit*, formatted by *spec*, as the log says it: "1 credit", "0.5 credits", "20 requests".
+
+    >>> amount(1, "credits"), amount(2.5, "requests"), amount(1.00004, "requests", ".4g"), amount(1, "USD")
+    ('1 credit', '2.5 requests', '1 request', '1 USD')
+    """
+    number = format(value, spec)
+    return f"{number} {unit.removesuffix('s') if number == '1' else unit}"
+
+
 def _key(period: int) -> str:
     return f"ledger:{period}"
 
@@ -233,7 +243,7 @@ class Ledger:
         (or a shadow run's spend earlier in the period) leaves nothing, not a negative amount."""
         remaining = self.remaining()
         if remaining >= 0.0:
-            return f"{remaining:g} {self.basis.unit} left in this period"
+            return f"{amount(remaining, self.basis.unit)} left in this period"
         return f"0 {self.basis.unit} left in this period ({self.spent:g} spent, over this budget)"
 
     def reserve(self, request: Request | str, cost: float) -> None:

@@ -152,9 +152,11 @@ class PageState:
     etag: str | None = None
     """The ``ETag`` of the last answer (header form), sent back as ``If-None-Match`` when the host earned it."""
     redirected: bool = False
-    """The last answer came from another URL (a redirect), so its validators are not sent to this one."""
+    """The last answer came from another URL (a redirect), so its validators are not sent to this one, and the
+    next visit is priced with the redirects its group's visits go through."""
     moved_to: str | None = None
-    """Where the page moved permanently (a 301 or 308 to a page the crawl knows): it is retired like a page gone."""
+    """Where the page moved permanently (a 301 or 308 to a page the crawl knows, or on its host): it is retired like a
+    page gone."""
     full_bytes: MeanBytes | None = None
     """Bytes a full fetch of the page moved (request and response, headers included, body as transferred)."""
     not_modified_bytes: MeanBytes | None = None
@@ -185,7 +187,7 @@ class PageState:
         last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
         return [last_seen, rate, self.value, self.gone_strikes, self.template is not None, self.group, cost, low, high,
                 self.not_before, self.links.to_json() if self.links is not None else None,
-                self.own_full_bytes]
+                self.own_full_bytes, self.redirected]
 
     @property
     def own_full_bytes(self) -> float | None:
@@ -262,8 +264,9 @@ class Summary(NamedTuple):
     planned-cost override of the page's ``costsched_cost`` meta, if any;
     *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
     :meth:`NewLinkStats.to_json` of a page that links out; *full_bytes* the
-    page's own mean full fetch. Rows written by an older version are shorter;
-    the missing fields take their defaults.
+    page's own mean full fetch; *redirected* whether its last answer came
+    through a redirect. Rows written by an older version are shorter; the
+    missing fields take their defaults.
     """
 
     last_seen: float | None
@@ -278,6 +281,7 @@ class Summary(NamedTuple):
     not_before: float | None = None
     links: list[float] | None = None
     full_bytes: float | None = None
+    redirected: bool = False
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Summary:
@@ -332,6 +336,15 @@ def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
         "cls": data.get("_class"),
     }
     return template
+
+
+def moved_template(template: dict[str, Any], redirect: Request) -> dict[str, Any]:
+    """*template* at the URL *redirect* took it to: the method, body and headers RedirectMiddleware kept, not
+    the headers the downloader's middlewares added to the request before it was redirected (a session's
+    ``Cookie``, validators), which are added again when it is re-issued."""
+    headers = {name: values for name, values in template["headers"].items() if name in redirect.headers}
+    return {**template, "url": redirect.url, "method": redirect.method, "body": redirect.body.decode("latin-1"),
+            "headers": headers}
 
 
 def request_from_template(template: dict[str, Any], spider: Spider) -> Request:

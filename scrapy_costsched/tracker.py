@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
 from scrapy import signals
@@ -33,7 +33,7 @@ from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
-from scrapy_costsched.ledger import Basis, Carried, Ledger
+from scrapy_costsched.ledger import Basis, Carried, Ledger, amount
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
@@ -45,6 +45,7 @@ from scrapy_costsched.pages import (
     Summary,
     group_of,
     make_template,
+    moved_template,
     request_from_template,
     stored_item,
 )
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 __all__ = ["DAY", "Tracker"]
 
@@ -118,6 +121,19 @@ class _GroupCosts(NamedTuple):
 
 def _robots_holder(netloc: str) -> str:
     return f"robots.txt:{netloc}"
+
+
+def _hand_over(pending: dict[str, list[_T]], key: str, target: str) -> None:
+    """What *pending* holds for page *key*, now page *target*'s."""
+    if key in pending:
+        pending.setdefault(target, []).extend(pending.pop(key))
+
+
+def _through_redirects(page: PageState) -> bool:
+    """Whether a visit of *page* is expected to go through the redirects its group's visits went through: its
+    first visit, or one after an answer that came from another URL. A page that answered at its own URL (one
+    that moved permanently, at its new URL) is expected to do so again."""
+    return page.last_visit is None or page.redirected
 
 
 def _valid_cost(value: Any) -> float | None:
@@ -253,7 +269,7 @@ class Tracker:
         if budget is None:
             mode = "shadow mode (no COSTSCHED_BUDGET: every request goes out, observations are recorded)"
         else:
-            mode = f"budget {budget:g} {self.billing.unit} per period, {self.ledger.left()}"
+            mode = f"budget {amount(budget, self.billing.unit)} per period, {self.ledger.left()}"
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
         if carried is not None:
             self._log_carried(carried)
@@ -344,11 +360,11 @@ class Tracker:
         get = self.stats.get_value
         unit, spent, changed = self.billing.unit, self.ledger.spent_this_run, get("costsched/changed", 0)
         logger.info(
-            "costsched: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %g %s%s",
+            "costsched: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %s%s",
             "shadow mode" if self.config.budget is None else
-            f"{self.ledger.spent:g} of {self.config.budget.amount:g} {unit} spent this period",
+            f"{self.ledger.spent:g} of {amount(self.config.budget.amount, unit)} spent this period",
             get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
-            spent, unit, f" ({spent / changed:.2f} per change)" if changed else "")
+            amount(spent, unit), f" ({spent / changed:.2f} per change)" if changed else "")
 
     def _spider_closed(self, spider: Spider, reason: str) -> Coroutine[Any, Any, None] | None:
         closed = self.close(reason)
@@ -426,14 +442,14 @@ class Tracker:
         ) if count)
         logger.info(
             "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
-            "%d failed%s; spent %g %s%s; %s; next period starts in %.1f h",
+            "%d failed%s; spent %s%s; %s; next period starts in %.1f h",
             reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
             self._not_modified_observed(), others, get("costsched/failed", 0) - ignored,
             f"; {ignored} more refused before download (robots.txt, offsite rules or a downloader middleware)"
             if ignored else "",
-            spent, self.billing.unit, f" ({spent / changed:.2f} per change)" if changed else "",
+            amount(spent, self.billing.unit), f" ({spent / changed:.2f} per change)" if changed else "",
             "shadow mode, nothing skipped" if self.config.shadow else
             self.ledger.left(),
             max(period_end - self.now(), 0.0) / 3600.0)
@@ -670,7 +686,7 @@ class Tracker:
         costs = self._group_costs(page.group, self.now())
         own = page.own_full_bytes
         full = self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
-        return full - costs.hops if attempt else full
+        return full - costs.hops if attempt or not _through_redirects(page) else full
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -698,7 +714,7 @@ class Tracker:
         by_size = self.billing.unit == "bytes"
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
-             full_bytes) = row
+             full_bytes, redirected) = row
             if not_before is not None and not_before > now:
                 continue
             if not has_template:
@@ -715,6 +731,10 @@ class Tracker:
                     cost, revalidation_cost = self._own_costs(costs[group], full_bytes)
                 else:
                     cost, revalidation_cost, _, _ = costs[group]
+                hops = costs[group].hops
+                if hops and last_seen is not None and not redirected:  # it answered at its own URL last time
+                    cost -= hops
+                    revalidation_cost = None if revalidation_cost is None else revalidation_cost - hops
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)
@@ -741,7 +761,8 @@ class Tracker:
         the visit by its marginal expected cost ``c304 + (cfull − c304)·P(changed)`` (research.md
         section 1, :func:`~.model.freshness.visit_index`). Each includes the failed attempts the
         host's health expects before a success (:meth:`Health.priced`), which are the same for
-        every visit of the host, and the redirects the group's visits went through (priced as 301s).
+        every visit of the host, and the redirects the group's visits went through (priced as 301s), which a
+        page that answered at its own URL last time is planned without (:func:`_through_redirects`).
         """
         full = self.hosts.mean_bytes(group, not_modified=False)
         if full is None:
@@ -932,7 +953,8 @@ class Tracker:
         if page is None:
             return
         self.hosts.add_bytes(page.group, not_modified, size)
-        self.hosts.add_hops(page.group, hops)
+        if _through_redirects(page):  # the visits priced with the group's redirects are those it learns from
+            self.hosts.add_hops(page.group, hops)
         self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
 
     def _record_bytes(self, key: str, page: PageState) -> None:
@@ -1020,8 +1042,11 @@ class Tracker:
         try:
             return parse()
         except InvalidHeader as exc:
-            logger.debug("costsched: %s: %s", response.url, exc)
             self.stats.inc_value(f"costsched/invalid/{exc.kind}")
+            if not self._log_once(("invalid", exc.kind), "costsched: %s: %s; such headers are ignored (counted in "
+                                  "costsched/invalid/%s and listed at DEBUG)", response.url, exc, exc.kind,
+                                  level=logging.INFO):
+                logger.debug("costsched: %s: %s", response.url, exc)
             return None
 
     def _read_validators(self, visit: Visit, response: Response) -> None:
@@ -1283,30 +1308,46 @@ class Tracker:
 
     def moved(self, key: str, request: Request, target: str) -> bool:
         """Whether page *key* moved: it answered with a permanent redirect (301 or 308) to *request*, page
-        *target*, which the crawl knows (the site links to it). Then *key* is retired as a page gone
-        (re-checked as rarely) and what its visit cost so far is the target's. Any other redirect is not a
-        move: a target reached only through the old URL (a start URL moved to https) is visited through it."""
+        *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
+        target's, as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later visits cost one
+        request, not two, and earn validators of their own. A target the crawl does not know yet takes the
+        page's history (:meth:`_moved_page`) if it is on the same host; one on another host is reached through
+        the old URL, as is the target of any other redirect (a "deal of the day")."""
         reasons = request.meta.get("redirect_reasons") or ()
         if not reasons or any(reason not in PERMANENT_REDIRECTS for reason in reasons):
             return False
         page = self.page(key)
-        if target == key or page is None or not self.pages.known(target):
+        if target == key or page is None:
             return False
+        known = self.pages.known(target)
+        if not known:
+            if (urlparse_cached(request).hostname or "") != page.host:
+                return False
+            self.pages.changed(target, self._moved_page(page, request))
         page.gone, page.moved_to = True, request.url
-        page.last_attempt = self.now()
+        page.last_visit = page.last_attempt = self.now()  # its answer was seen: it moved (a page never visited too)
         page.not_before = page.last_attempt + GONE_RECHECK_PERIODS * self.config.budget_period
         self.pages.changed(key, page)
         self.accounts.moved(key, target)
-        if key in self._unrecorded_bytes:
-            self._unrecorded_bytes.setdefault(target, []).extend(self._unrecorded_bytes.pop(key))
-        self._hops.pop(key, None)  # the new URL's visits go to it straight
+        _hand_over(self._unrecorded_bytes, key, target)  # the visit's bytes and redirects are the target's
+        _hand_over(self._hops, key, target)
         self.stats.inc_value("costsched/moved")
-        if not self._log_once(("moved", ""), "costsched: %s moved permanently to %s, a page the crawl knows: the old "
-                              "URL is retired (re-checked every %d periods) and its visit counts for the new one "
-                              "(such moves are counted in costsched/moved and listed at DEBUG)",
+        how = ("a page the crawl knows: the old URL is retired (re-checked every %d periods) and its visit counts for "
+               "the new one" if known else "the page's history goes with it, and the old URL is retired (re-checked "
+               "every %d periods)")
+        if not self._log_once(("moved", ""), f"costsched: %s moved permanently to %s, {how} (such moves are counted in "
+                              "costsched/moved and listed at DEBUG)",
                               page.url, request.url, GONE_RECHECK_PERIODS, level=logging.INFO):
             logger.debug("costsched: %s moved permanently to %s", page.url, request.url)
         return True
+
+    def _moved_page(self, page: PageState, request: Request) -> PageState:
+        """*page* at the URL of *request*, the redirect to where it moved: its history, value and record (the move
+        is no change), and no validators until its new URL answers."""
+        moved = PageState.from_json(page.to_json())  # a copy: the retired page keeps its own
+        template = moved_template(page.template, request) if page.template is not None else None
+        return replace(moved, url=request.url, template=template, etag=None, redirected=False, gone=False,
+                       gone_strikes=0, not_before=None, moved_to=None, consecutive_failures=0)
 
     def redirected_to_fetched(self, key: str | None) -> None:
         """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as

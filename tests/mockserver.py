@@ -51,12 +51,12 @@ class _LoopbackServer:
 class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
-    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt`` disallows),
+    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day, disallows),
     ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer, as a
     scraping API relays it). Loopback only. *page_headers* go
     out with every ``/page`` and ``/flaky`` answer. With *validators* pages carry an ETag and honour
     ``If-None-Match``; *flaky_odd* makes ``/flaky`` answer 503 to every odd hit; *moved* maps paths to
-    301 targets; *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
+    the targets of redirects with status *moved_status* (301); *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
     conditional headers, *cookies* its ``Cookie`` header; *body_bytes* counts the body bytes written."""
 
     def __init__(self) -> None:
@@ -67,6 +67,7 @@ class EdgeSite(_LoopbackServer):
         self.validators = False
         self.flaky_odd = False
         self.moved: dict[str, str] = {}
+        self.moved_status = 301
         self.gzip = False
         self.requests: list[tuple[str, str | None]] = []  # path, If-None-Match
         self.cookies: list[tuple[str, str | None]] = []  # path, Cookie
@@ -84,9 +85,10 @@ class EdgeSite(_LoopbackServer):
                 path = self.path.removeprefix("/api?url=")
                 kind, _, number = path.strip("/").partition("/")
                 if path in site.moved:
-                    self._send(301, b"", {"Location": site.moved[path]})
+                    self._send(site.moved_status, b"", {"Location": site.moved[path]})
                 elif kind == "robots.txt":
-                    self._send(200, b"User-agent: *\nDisallow: /private/\n", {"Content-Type": "text/plain"})
+                    self._send(200, b"User-agent: *\nDisallow: /private/\n",
+                               {"Content-Type": "text/plain", "Cache-Control": "max-age=86400"})
                 elif kind == "error" or (kind == "sometimes" and site.missing):
                     self._send(500 if kind == "error" else 404, b"no")
                 elif kind == "redirect":

@@ -255,19 +255,26 @@ def test_validators_survive_retries_and_go_through_a_proxy(edge_site: EdgeSite, 
     assert flaky[0] == flaky[1]  # the retry asked with the same validator, and got its 304
 
 
-def test_validators_are_stripped_from_a_redirected_request(edge_site: EdgeSite, tmp_path: Path) -> None:
+@pytest.mark.parametrize("status", [301, 302])
+def test_validators_are_stripped_from_a_redirected_request(edge_site: EdgeSite, tmp_path: Path, status: int) -> None:
     _trusted_runs(edge_site, tmp_path, 3)
-    edge_site.moved["/page/1"] = "/page/11"
+    edge_site.moved["/page/1"], edge_site.moved_status = "/page/11", status
     seen = len(edge_site.requests)
     stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
     asked = dict(edge_site.requests[seen:])
     assert asked["/page/1"] is not None  # the page's own validator went to its own URL
     assert asked["/page/11"] is None  # and not to where it now redirects
     assert stats["costsched/conditional/stripped"] >= 1
-    # The answer came from another URL: its validators are not sent to the page's URL any more.
     seen = len(edge_site.requests)
     runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100")
-    assert dict(edge_site.requests[seen:])["/page/1"] is None
+    asked = dict(edge_site.requests[seen:])
+    if status == 302:
+        # The answer came from another URL: its validators are not sent to the page's URL any more.
+        assert asked["/page/1"] is None
+    else:
+        # The page moved: it is visited at its new URL, which earned validators of its own.
+        assert "/page/1" not in asked
+        assert asked["/page/11"] == '"page-11-v0"'
 
 
 def test_compressed_pages_are_counted_as_transferred(edge_site: EdgeSite, tmp_path: Path) -> None:

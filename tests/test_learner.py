@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.learner import Learner
@@ -13,6 +15,7 @@ from scrapy_costsched.model.learning import PRIOR_SAMPLE
 from scrapy_costsched.pages import PageState
 from scrapy_costsched.storage import SqliteDictStorage
 from tests.components import Product
+from tests.helpers import NOW
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -83,6 +86,27 @@ def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: p
     warned = [r.getMessage() for r in caplog.records if "sent the same ETag" in r.getMessage()]
     assert warned == [(f"costsched: shop.example sent the same ETag for a changed record ({urls[0]}): its ETags are "
                        "not trusted for a while (costsched/etag/contradicts counts each such answer)")]
+
+
+def test_a_host_that_dates_each_answer_at_its_own_time_is_said_to_be_volatile_once(
+        runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Found in a trial: a site sent its own time as every page's Last-Modified, so its dates were found volatile,
+    and nothing but a stat said why no If-Modified-Since ever went out. The same for ETags made at each answer."""
+    caplog.set_level(logging.INFO, logger="scrapy_costsched")
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 6)]
+    for _ in range(4):
+        run = runs()
+        now = formatdate(NOW[0], usegmt=True)
+        for url in urls:  # unchanged records, each answer dated at its own time and tagged anew
+            run.visit(url, [Product(url, 1.0)], headers={"Last-Modified": now, "Date": now, "ETag": f'"{NOW[0]}"'})
+    assert run.tracker.hosts.last_modified_trust("shop.example").verdict == "volatile"
+    assert run.tracker.hosts.of("shop.example").etag.verdict == "volatile"
+    said = [r.getMessage() for r in caplog.records if "moves without the records" in r.getMessage()]
+    assert len(said) == 2
+    for header, stat in (("Last-Modified", "last_modified"), ("ETag", "etag")):
+        line = next(line for line in said if f"'s {header} " in line)
+        assert line.startswith(f"costsched: shop.example's {header} moves without the records (as at http://")
+        assert line.endswith(f"(costsched/hosts/shop.example/{stat})")
 
 
 def test_a_redirected_answer_s_dates_and_etags_do_not_audit_its_host(runs: Any) -> None:

@@ -297,7 +297,7 @@ def test_a_page_that_moved_permanently_is_retired_and_fetched_once_a_run_at_its_
             assert result.stats.get("costsched/hosts/127.0.0.1/last_modified") != "lies"
         assert runs[-1][0].get(new) == 1 or runs[-2][0].get(new) == 1  # visited at its new URL
         line = next(line for line in runs[moved_on][1].log.splitlines() if "moved permanently" in line)
-        assert f"{site.url}{old} moved permanently to {site.url}{new}, a page the crawl knows" in line
+        assert f"{site.url}{old} moved permanently to {site.url}{new}, " in line
         stored = {page["url"]: page for page in read_state(tmp_path / "crawl" / "state.sqlite")["pages"].values()}
         assert stored[site.url + old]["moved_to"] == site.url + new
         assert stored[site.url + old]["gone"]

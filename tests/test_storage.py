@@ -94,30 +94,31 @@ def test_a_version_1_state_is_upgraded_with_its_summaries(tmp_path: Path) -> Non
 
 
 def test_a_plan_table_of_fewer_columns_is_read_and_widened_by_a_crawl(tmp_path: Path) -> None:
-    """Summaries gained a column (a page's own mean bytes): a table written before has 11 (c0..c10). A reading
-    command takes the columns it has; a crawl adds the new one and writes rows that use it."""
+    """Summaries gained a column (whether the page's last answer came through a redirect): a table written before
+    has 12 (c0..c11). A reading command takes the columns it has; a crawl adds the new one and writes rows that
+    use it."""
     path = tmp_path / "s.sqlite"
+    old_row = [1.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5]
     store = SqliteDictStorage(path)
     store.open()
-    store.put_page("ab", {"n": 1}, [1.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None])
+    store.put_page("ab", {"n": 1}, old_row)
     store.close()
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE costsched_plan DROP COLUMN c11")  # as an older version created it
+    conn.execute("ALTER TABLE costsched_plan DROP COLUMN c12")  # as an older version created it
     conn.commit()
     conn.close()
-    old_row = [1.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None]
     reader = SqliteDictStorage(path, read_only=True)
     reader.open()
     assert summaries(reader) == [("ab", old_row)]
     reader.close()
     store = SqliteDictStorage(path)
     store.open()
-    new_row = [2.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5]
+    new_row = [2.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5, True]
     store.put_page("cd", {"n": 2}, new_row)
     assert summaries(store) == [("ab", old_row), ("cd", new_row)]
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT n, json, c11 FROM costsched_plan WHERE key = 'cd'").fetchone() == (12, None, 2718.5)
+    assert conn.execute("SELECT n, json, c12 FROM costsched_plan WHERE key = 'cd'").fetchone() == (13, None, 1)
     conn.close()
 
 

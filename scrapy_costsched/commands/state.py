@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 
 from scrapy_costsched.commands import StateCommand, Target, reading_tracker
+from scrapy_costsched.ledger import amount
 from scrapy_costsched.pages import request_line
 
 if TYPE_CHECKING:
@@ -265,10 +266,9 @@ def _when(moment: dict[str, Any] | None, missing: str = "never") -> str:
     return missing if moment is None else f"{moment['iso']} ({_age(moment['age_days'])})"
 
 
-def _amount(amount: float, unit: str) -> str:
+def _amount(value: float, unit: str) -> str:
     """``1 request``, ``2.5 requests``, ``10080 bytes``."""
-    number = f"{amount:.0f}" if amount >= 100 else f"{amount:.4g}"
-    return f"{number} {unit[:-1] if number == '1' and unit.endswith('s') else unit}"
+    return amount(value, unit, ".0f" if value >= 100 else ".4g")
 
 
 def _bytes(mean: dict[str, Any] | None) -> str:
@@ -322,7 +322,8 @@ def render(page: dict[str, Any]) -> str:
         ("last attempt", _when(page["last_attempt"])),
         ("visits", visits_text),
         ("change rate", rate_text),
-        ("P(changed)", "never fetched" if p_changed is None else f"{p_changed:.3f} since the last visit"),
+        ("P(changed)", "none: retired" if page["gone"] else "never fetched" if p_changed is None
+         else f"{p_changed:.3f} since the last visit"),
     ]
     if page["new_pages_per_day"] is not None:
         lines.append(("new pages", f"{page['new_pages_per_day']:.4g} a day (links to pages the crawl did not know)"))
