@@ -1342,11 +1342,13 @@ class Tracker:
         return True
 
     def _moved_page(self, page: PageState, request: Request) -> PageState:
-        """*page* at the URL of *request*, the redirect to where it moved: its history, value and record (the move
-        is no change), and no validators until its new URL answers."""
+        """*page* at the URL of *request*, the redirect to where it moved: its history and value. Its record and
+        validators came from another URL (``redirected``), so the first answer at the new one re-baselines it
+        rather than counting as a change (an item that holds its URL changed with the move) or auditing the
+        host's dates and ETags against the old URL's."""
         moved = PageState.from_json(page.to_json())  # a copy: the retired page keeps its own
         template = moved_template(page.template, request) if page.template is not None else None
-        return replace(moved, url=request.url, template=template, etag=None, redirected=False, gone=False,
+        return replace(moved, url=request.url, template=template, etag=None, redirected=True, gone=False,
                        gone_strikes=0, not_before=None, moved_to=None, consecutive_failures=0)
 
     def redirected_to_fetched(self, key: str | None) -> None:

@@ -241,6 +241,23 @@ def test_a_page_that_moved_permanently_is_visited_at_its_new_url(crawls: Crawls)
     assert re.search(r"visit cost +1 request\b", crawls.show("/page/1"))
 
 
+def test_a_page_that_moved_is_re_baselined_at_its_new_url(crawls: Crawls) -> None:
+    """Found by the news project's test: a page whose items say where they were found moved to a URL the crawl did
+    not know yet, and its first answer there, compared with the old URL's record, counted as a change that its
+    unchanged Last-Modified denied: the host lost its dates' trust. The record and dates came from another URL."""
+    crawls.site.page_headers = {"Last-Modified": "Sun, 01 Nov 2026 12:00:00 GMT"}
+    for _ in range(4):
+        crawls.run("COSTSCHED_BUDGET=10", paths="/page/1")
+    crawls.site.moved["/page/1"] = "/page/11"  # its heading says page 11 there
+    run = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1")
+    assert run.hits["/page/1"] == run.hits["/page/11"] == 1
+    assert run.stats["costsched/moved"] == run.stats["costsched/rebaseline"] == 1
+    assert "costsched/changed" not in run.stats
+    assert run.stats["costsched/hosts/127.0.0.1/last_modified"] == "trusted"
+    moved = crawls.page("/page/11")
+    assert (moved["visits"], moved["changes"]) == (5, 0)
+
+
 def test_a_page_that_moved_to_another_host_is_visited_through_its_old_url(crawls: Crawls) -> None:
     """A permanent redirect to a URL on another host the crawl does not know is not a move: the request the spider
     made (its headers, cookies) is the old host's, and the new host may be outside ``allowed_domains``."""
