@@ -129,11 +129,11 @@ def _hand_over(pending: dict[str, list[_T]], key: str, target: str) -> None:
         pending.setdefault(target, []).extend(pending.pop(key))
 
 
-def _through_redirects(page: PageState) -> bool:
-    """Whether a visit of *page* is expected to go through the redirects its group's visits went through: its
+def _through_redirects(last_visit: float | None, redirected: bool) -> bool:
+    """Whether a page's next visit is expected to go through the redirects its group's visits went through: its
     first visit, or one after an answer that came from another URL. A page that answered at its own URL (one
     that moved permanently, at its new URL) is expected to do so again."""
-    return page.last_visit is None or page.redirected
+    return last_visit is None or redirected
 
 
 def _valid_cost(value: Any) -> float | None:
@@ -686,7 +686,7 @@ class Tracker:
         costs = self._group_costs(page.group, self.now())
         own = page.own_full_bytes
         full = self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
-        return full - costs.hops if attempt or not _through_redirects(page) else full
+        return full - costs.hops if attempt or not _through_redirects(page.last_visit, page.redirected) else full
 
     def prior_rate(self, group: str) -> float:
         return self.learner.prior_rate(group)
@@ -732,7 +732,7 @@ class Tracker:
                 else:
                     cost, revalidation_cost, _, _ = costs[group]
                 hops = costs[group].hops
-                if hops and last_seen is not None and not redirected:  # it answered at its own URL last time
+                if hops and not _through_redirects(last_seen, redirected):
                     cost -= hops
                     revalidation_cost = None if revalidation_cost is None else revalidation_cost - hops
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
@@ -953,7 +953,7 @@ class Tracker:
         if page is None:
             return
         self.hosts.add_bytes(page.group, not_modified, size)
-        if _through_redirects(page):  # the visits priced with the group's redirects are those it learns from
+        if _through_redirects(page.last_visit, page.redirected):  # the visits priced with them teach the mean
             self.hosts.add_hops(page.group, hops)
         self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
 

@@ -51,12 +51,12 @@ class _LoopbackServer:
 class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
-    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day, disallows),
-    ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer, as a
-    scraping API relays it). Loopback only. *page_headers* go
-    out with every ``/page`` and ``/flaky`` answer. With *validators* pages carry an ETag and honour
-    ``If-None-Match``; *flaky_odd* makes ``/flaky`` answer 503 to every odd hit; *moved* maps paths to
-    the targets of redirects with status *moved_status* (301); *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
+    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day,
+    disallows), ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer,
+    as a scraping API relays it). Loopback only. *page_headers* go out with every ``/page`` and ``/flaky``
+    answer. With *validators* pages carry an ETag and honour ``If-None-Match``; *flaky_odd* makes
+    ``/flaky`` answer 503 to every odd hit; *moved* maps paths to the targets of redirects with status
+    *moved_status* (301); *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
     conditional headers, *cookies* its ``Cookie`` header; *body_bytes* counts the body bytes written."""
 
     def __init__(self) -> None:
