@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlparse
 
 from itemadapter import ItemAdapter
 from scrapy.utils.request import request_from_dict
@@ -341,10 +342,12 @@ def make_template(request: Request, spider: Spider) -> dict[str, Any] | None:
 def moved_template(template: dict[str, Any], redirect: Request) -> dict[str, Any]:
     """*template* at the URL *redirect* took it to: the method, body and headers RedirectMiddleware kept, not
     the headers the downloader's middlewares added to the request before it was redirected (a session's
-    ``Cookie``, validators), which are added again when it is re-issued."""
+    ``Cookie``, validators), which are added again when it is re-issued. The cookies the spider set go with it
+    on their host only: Scrapy's cookie jar kept them there, so the redirect to another host went without."""
     headers = {name: values for name, values in template["headers"].items() if name in redirect.headers}
+    same_host = urlparse(template["url"]).hostname == urlparse(redirect.url).hostname
     return {**template, "url": redirect.url, "method": redirect.method, "body": redirect.body.decode("latin-1"),
-            "headers": headers}
+            "headers": headers, "cookies": template.get("cookies") if same_host else {}}
 
 
 def request_from_template(template: dict[str, Any], spider: Spider) -> Request:

@@ -1311,8 +1311,10 @@ class Tracker:
         *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
         target's, as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later visits cost one
         request, not two, and earn validators of their own. A target the crawl does not know yet takes the
-        page's history (:meth:`_moved_page`) if it is on the same host; one on another host is reached through
-        the old URL, as is the target of any other redirect (a "deal of the day")."""
+        page's history (:meth:`_moved_page`), on any host: OffsiteMiddleware dropped a redirect that
+        ``allowed_domains`` leave out when it was scheduled, before it came here, and lets through what it would
+        let through re-issued (``dont_filter`` goes with the template). The target of any other redirect (a
+        "deal of the day") is reached through the old URL."""
         reasons = request.meta.get("redirect_reasons") or ()
         if not reasons or any(reason not in PERMANENT_REDIRECTS for reason in reasons):
             return False
@@ -1321,8 +1323,6 @@ class Tracker:
             return False
         known = self.pages.known(target)
         if not known:
-            if (urlparse_cached(request).hostname or "") != page.host:
-                return False
             self.pages.changed(target, self._moved_page(page, request))
         page.gone, page.moved_to = True, request.url
         page.last_visit = page.last_attempt = self.now()  # its answer was seen: it moved (a page never visited too)
@@ -1342,14 +1342,15 @@ class Tracker:
         return True
 
     def _moved_page(self, page: PageState, request: Request) -> PageState:
-        """*page* at the URL of *request*, the redirect to where it moved: its history and value. Its record and
-        validators came from another URL (``redirected``), so the first answer at the new one re-baselines it
-        rather than counting as a change (an item that holds its URL changed with the move) or auditing the
-        host's dates and ETags against the old URL's."""
+        """*page* at the URL of *request*, the redirect to where it moved (on its host or another): its history
+        and value. Its record and validators came from another URL (``redirected``), so the first answer at the
+        new one re-baselines it rather than counting as a change (an item that holds its URL changed with the
+        move) or auditing the new URL's dates and ETags against the old URL's."""
         moved = PageState.from_json(page.to_json())  # a copy: the retired page keeps its own
         template = moved_template(page.template, request) if page.template is not None else None
-        return replace(moved, url=request.url, template=template, etag=None, redirected=True, gone=False,
-                       gone_strikes=0, not_before=None, moved_to=None, consecutive_failures=0)
+        return replace(moved, url=request.url, host=urlparse(request.url).hostname or "", template=template,
+                       etag=None, redirected=True, gone=False, gone_strikes=0, not_before=None, moved_to=None,
+                       consecutive_failures=0)
 
     def redirected_to_fetched(self, key: str | None) -> None:
         """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as

@@ -86,8 +86,10 @@ class Crawls:
         return proc.stdout
 
     def page(self, path: str) -> dict[str, Any]:
+        """The stored page at *path* on the site, or at a whole URL."""
+        url = path if "://" in path else self.site.url + path
         pages = read_state(self.tmp / "state.sqlite")["pages"]
-        return next(page for page in pages.values() if page["url"] == self.site.url + path)
+        return next(page for page in pages.values() if page["url"] == url)
 
 
 @pytest.fixture
@@ -258,16 +260,40 @@ def test_a_page_that_moved_is_re_baselined_at_its_new_url(crawls: Crawls) -> Non
     assert (moved["visits"], moved["changes"]) == (5, 0)
 
 
-def test_a_page_that_moved_to_another_host_is_visited_through_its_old_url(crawls: Crawls) -> None:
-    """A permanent redirect to a URL on another host the crawl does not know is not a move: the request the spider
-    made (its headers, cookies) is the old host's, and the new host may be outside ``allowed_domains``."""
+def test_a_page_that_moved_to_another_host_is_visited_there(crawls: Crawls) -> None:
+    """``example.com`` to ``www.example.com``: a permanent redirect to another host the crawl does not know moves the
+    page there as one on its host does, when ``allowed_domains`` take the new host in (here there are none). The
+    spider's cookie stays with the old host, as Scrapy's cookie jar kept it there on the redirect."""
+    port = crawls.site.url.rsplit(":", 1)[1]
+    new = f"http://localhost:{port}/page/6"
+    crawls.site.moved["/page/5"] = new
+    first = crawls.run("COSTSCHED_BUDGET=20", paths="/page/5", cookie="region=de")
+    assert first.hits == {"/robots.txt": 2, "/page/5": 1, "/page/6": 1}  # each host's robots.txt
+    assert first.stats["costsched/moved"] == 1
+    assert crawls.site.cookies[-1] == ("/page/6", None)
+    for day in (2, 3):
+        seen = len(crawls.site.cookies)
+        run = crawls.run("COSTSCHED_BUDGET=20", paths="/page/5", cookie="region=de")
+        assert run.hits == {"/robots.txt": 1, "/page/6": 1}, f"day {day}"
+        assert crawls.site.cookies[seen:] == [("/robots.txt", None), ("/page/6", None)], f"day {day}"
+    moved, old = crawls.page(new), crawls.page("/page/5")
+    assert (moved["host"], moved["visits"], moved["first_seen"]) == ("localhost", 3, old["first_seen"])
+    assert moved["template"]["cookies"] == {}
+    assert old["gone"]
+    assert old["moved_to"] == new
+
+
+def test_a_page_that_moved_outside_allowed_domains_is_visited_through_its_old_url(crawls: Crawls) -> None:
+    """A permanent redirect to a host ``allowed_domains`` leave out is not a move: OffsiteMiddleware drops it when it
+    is scheduled, and a page moved there would be filtered at every run while its old URL stayed retired."""
     port = crawls.site.url.rsplit(":", 1)[1]
     crawls.site.moved["/page/5"] = f"http://localhost:{port}/page/6"
-    for _ in range(2):
-        run = crawls.run("COSTSCHED_BUDGET=20", paths="/page/5")
-        assert run.hits["/page/5"] == run.hits["/page/6"] == 1
+    for day in (1, 2):
+        run = crawls.run("COSTSCHED_BUDGET=20", paths="/page/5", allowed="127.0.0.1")
+        assert run.hits == {"/robots.txt": 1, "/page/5": 1}, f"day {day}"
+        assert run.stats["offsite/filtered"] == 1
         assert "costsched/moved" not in run.stats
-    assert crawls.page("/page/5")["visits"] == 2
+    assert not crawls.page("/page/5")["gone"]
 
 
 def test_http_cache_hits_are_free_and_not_visits(crawls: Crawls) -> None:
