@@ -458,7 +458,8 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.inc_value("costsched/skipped/start_url")
             page = self.tracker.page(key)
             if page is not None and page.moved_to is not None:
-                why = f"it moved permanently to {page.moved_to}, which is visited as a page of its own"
+                why = (f"it moved permanently to {page.moved_to}, which is visited as a page of its own (start "
+                       "from that URL to drop this line)")
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:

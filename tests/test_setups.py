@@ -276,6 +276,8 @@ def test_a_page_that_moved_to_another_host_is_visited_there(crawls: Crawls) -> N
         run = crawls.run("COSTSCHED_BUDGET=20", paths="/page/5", cookie="region=de")
         assert run.hits == {"/robots.txt": 1, "/page/6": 1}, f"day {day}"
         assert crawls.site.cookies[seen:] == [("/robots.txt", None), ("/page/6", None)], f"day {day}"
+        assert (f"start URL {crawls.site.url}/page/5 not visited in this run: it moved permanently to {new}, which is "
+                "visited as a page of its own (start from that URL to drop this line)") in run.log
     moved, old = crawls.page(new), crawls.page("/page/5")
     assert (moved["host"], moved["visits"], moved["first_seen"]) == ("localhost", 3, old["first_seen"])
     assert moved["template"]["cookies"] == {}
