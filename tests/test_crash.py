@@ -10,11 +10,14 @@ visits, at most 5% of the budget) plus those requests.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -24,7 +27,7 @@ import pytest
 
 from scrapy_costsched.ledger import GRANT_CHUNK_SHARE, GRANT_CHUNK_VISITS
 from scrapy_costsched.storage import SqliteDictStorage
-from tests.helpers import PROJECT, DemoSite, crawl, crawl_command, read_state
+from tests.helpers import PROJECT, ROOT, DemoSite, crawl, crawl_command, read_state
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -216,3 +219,23 @@ def test_a_kill_leaves_unspent_at_most_one_chunk_and_the_requests_in_flight(kill
     assert unspent <= kills * (CHUNK + CONCURRENT), (
         f"after {kills} kills the ledger charged {charged} for {killed_period['received_before_final']} requests "
         f"received: {unspent} of a budget of {BUDGET} lost")
+
+
+def test_the_report_shows_what_killed_runs_drew_and_never_booked(killed_period: dict[str, Any]) -> None:
+    """A killed run's ledger draws are in its period's spend, not in any host's or page type's accounts: the
+    report says so rather than leave the periods' and hosts' totals apart with no word (found in a trial)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={killed_period['state']}"]
+    report = json.loads(subprocess.run([*command, "--json"], cwd=PROJECT, env=env, capture_output=True, text=True,
+                                       timeout=120, check=True).stdout)
+    seeded, killed = report["periods"]
+    assert seeded["unattributed"] == 0  # the seed run closed
+    assert killed["unattributed"] == pytest.approx(killed["spent"] - killed["figures"]["spent"])
+    assert killed["unattributed"] > 0
+    assert sum(host["figures"]["spent"] for host in report["hosts"]) == pytest.approx(
+        sum(period["spent"] - period["unattributed"] for period in report["periods"]))
+    html = killed_period["state"].with_name("report.html")
+    table = subprocess.run([*command, "--html", str(html)], cwd=PROJECT, env=env, capture_output=True, text=True,
+                           timeout=120, check=True).stdout
+    assert f"{killed['unattributed']:g} by runs that never closed" in table
+    assert f"{killed['unattributed']:g} by runs that never closed</span>" in html.read_text(encoding="utf-8")

@@ -79,6 +79,7 @@ def test_each_period_matches_its_crawl(history: History) -> None:
         stats, figures = run.stats, period["figures"]
         assert period["spent"] == stats["costsched/period_spent"]
         assert figures["spent"] == pytest.approx(stats["costsched/spent"])
+        assert period["unattributed"] == 0  # every run closed
         assert figures["visits"] == stats["costsched/visits"]
         assert figures["by_reason"] == {reason: stats[f"costsched/visits/{reason}"]
                                         for reason in ("discovery", "refresh") if f"costsched/visits/{reason}" in stats}

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 #: Pages listed among those whose no-change fetches cost most.
 WASTEFUL_PAGES = 10
+#: A period's spend its accounts miss by less than this share of it is the sums' rounding, not a run that never closed.
+UNATTRIBUTED_NOISE = 1e-9
 #: Budgets, as shares of what a shadow period spent, at which the report prices what the optimum keeps.
 SHADOW_SHARES = (0.25, 0.5, 0.75)
 #: Pages of the next plan's head the report lists.
@@ -112,7 +114,9 @@ class PeriodRow:
     """One budget period: its budget (``None`` in shadow mode), its runs' spend and what it bought.
 
     *spent* is the ledger's less what a change of billing unit or period length *carried* into it (the books'
-    own when a later change of terms superseded them); *shadow_spent* is what of it runs without a budget spent.
+    own when a later change of terms superseded them); *shadow_spent* is what of it runs without a budget spent;
+    *unattributed* what of it no host or page type accounts for: what runs that never closed (``kill -9``, an
+    out-of-memory kill) had drawn from the ledger for visits their accounts had not booked yet.
     """
 
     period: int
@@ -125,6 +129,7 @@ class PeriodRow:
     shadow: bool
     runs: int
     figures: Figures
+    unattributed: float = 0.0
 
     @property
     def label(self) -> str:
@@ -286,12 +291,12 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
     for accounts in periods:
         figures = Figures.of(c for _, _, c in _scoped(accounts, host_filter))
         whole = host_filter is None and not accounts.superseded
+        spent = Ledger.stored_spend(store, accounts.period) - accounts.carried if whole else figures.spent
+        unattributed = spent - figures.spent
         rows.append(PeriodRow(accounts.period, iso(accounts.period * accounts.period_seconds), accounts.period_seconds,
-                              accounts.budget,
-                              Ledger.stored_spend(store, accounts.period) - accounts.carried if whole else figures.spent,
-                              accounts.carried if host_filter is None else 0.0,
+                              accounts.budget, spent, accounts.carried if host_filter is None else 0.0,
                               accounts.shadow_spent if host_filter is None else 0.0, accounts.shadow, accounts.runs,
-                              figures))
+                              figures, unattributed if unattributed > UNATTRIBUTED_NOISE * max(spent, 1.0) else 0.0))
     groups = [row for a in periods for row in _scoped(a, host_filter)]
     pages = [page for page in _pages(store) if host_filter is None or page.host in host_filter]
 

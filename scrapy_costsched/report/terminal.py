@@ -69,7 +69,8 @@ def render_terminal(report: Report) -> str:
             ["period", "budget", "spent", "visits", "new", "changed", "per change", "no-change", "its cost", "304s"],
             [[p.label, "shadow" if p.budget is None else amount(p.budget, unit),
               amount(p.spent, unit) + (f" (+{amount(p.carried, unit)} carried)" if p.carried else "")
-              + (f" ({amount(p.shadow_spent, unit)} in shadow runs)" if p.shadow_spent and not p.shadow else ""),
+              + (f" ({amount(p.shadow_spent, unit)} in shadow runs)" if p.shadow_spent and not p.shadow else "")
+              + (f" ({amount(p.unattributed, unit)} by runs that never closed)" if p.unattributed else ""),
               p.figures.visits, p.figures.new, p.figures.changed, amount(p.figures.cost_per_change, unit),
               _no_change(p.figures), amount(p.figures.no_change_cost, unit), p.figures.not_modified]
              for p in report.periods],
