@@ -23,6 +23,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.model.capacity import within_capacity
+from scrapy_costsched.model.discovery import expected_new
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
@@ -45,6 +46,9 @@ REFRESH_PRIORITY_OFFSET = -10
 TOP_UP = 64
 #: Visits the plan left out that a sick host's visit is weighed against before it may sink.
 SINK_WINDOW = 16
+#: New pages a hub must be expected to reveal for the discovery reserve to pay its visit (_scout): one every
+#: other visit, what a hub never measured is expected to reveal a day after its first visit (LinkPrior).
+SCOUT_MIN_NEW_PAGES = 0.5
 
 _DEFEATING_MIDDLEWARES = {
     "scrapy_deltafetch.DeltaFetch": ("DELTAFETCH_ENABLED", "scrapy-deltafetch skips every URL it has seen once"),
@@ -284,10 +288,17 @@ class CostAwareScheduler(BaseScheduler):
             robots = self.tracker.robots_cost({self.tracker.host_of(c.key) for c in planned})
             if robots:
                 planned = self._plan_prefix(ranking, remaining - reserve - robots)
+            scout = self._scout(head, rest, planned, reserve)
+            if scout is not None:  # first in the ranking: the pages it reveals are found early in the run
+                head = [scout, *(entry for entry in head if entry[1].key != scout[1].key)]
+                rest = [candidate for candidate in rest if candidate.key != scout[1].key]
+                planned = [scout[1], *planned]
+                robots = self.tracker.robots_cost({self.tracker.host_of(c.key) for c in planned})
+            del ranking
             self._ranking.extend(head)
             del head
             self._ranking.rest = rest
-            del ranking, rest
+            del rest
         finally:
             if collecting:
                 gc.enable()
@@ -300,13 +311,45 @@ class CostAwareScheduler(BaseScheduler):
         # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - planned_cost - robots, 0.0)
         self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
+        if scout is not None:
+            self.stats.set_value("costsched/plan/scout", 1)
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %.0f kept for discovery",
+        scouted = None if scout is None else self.tracker.page(scout[1].key)
+        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %.0f kept for discovery%s",
                     self.tracker.ledger.left(), self._plan_end, len(self._ranking),
-                    f" and {robots:g} for their hosts' robots.txt" if robots else "", self._discovery_allowance)
+                    f" and {robots:g} for their hosts' robots.txt" if robots else "", self._discovery_allowance,
+                    "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
+                    "pays for: no other planned page leads to new ones)")
+
+    def _scout(self, head: list[tuple[float, Candidate]], rest: list[Candidate], planned: list[Candidate],
+               reserve: float) -> tuple[float, Candidate] | None:
+        """The hub the discovery reserve pays a visit to when no planned page is a hub: the best ranked of
+        those whose visit *reserve* affords and that are expected to reveal a new page every other visit at
+        least.
+
+        The reserve is for what the ranking cannot see (design: reserves), and new URLs are found only
+        through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high
+        as the new pages a hub reveals and above the hub itself, which costs a visit of its own: without a
+        scout, such a plan visits no hub, the reserve finds nothing to pay for, and no new page is found
+        for as long as the backlog lasts (two days of 25 new articles missed in a trial). The ranking
+        prefers a listing to a front page whose links never change, which it values less for its own sake
+        while their new links are known only by their prior.
+        """
+        if reserve <= 0.0 or any(candidate.hub is not None for candidate in planned):
+            return None
+        hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
+        hubs += rank([candidate for candidate in rest if candidate.hub is not None], self.config.objective,
+                     cycle=self.cycle)
+        for entry in hubs:
+            candidate, hub = entry[1], entry[1].hub
+            assert hub is not None
+            if expected_new(hub.rate, candidate.elapsed, hub.cap) >= SCOUT_MIN_NEW_PAGES and \
+                    candidate.expected_cost <= reserve:
+                return entry
+        return None
 
     def _within_capacity(self, head: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:
         """The head of the ranking without the visits its hosts' download slots cannot make in this run
