@@ -334,9 +334,9 @@ class CostAwareScheduler(BaseScheduler):
         through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high
         as the new pages a hub reveals and above the hub itself, which costs a visit of its own: without a
         scout, such a plan visits no hub, the reserve finds nothing to pay for, and no new page is found
-        for as long as the backlog lasts (two days of 25 new articles missed in a trial). The ranking
-        prefers a listing to a front page whose links never change, which it values less for its own sake
-        while their new links are known only by their prior.
+        for as long as the backlog lasts (two days of 25 new articles missed in a trial). Until their visits
+        have been counted, hubs are known by their prior alike, so a front page may be scouted before its
+        sections; one whose visits reveal nothing falls below the threshold after one or two.
         """
         if reserve <= 0.0 or any(candidate.hub is not None for candidate in planned):
             return None
