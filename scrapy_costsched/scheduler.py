@@ -135,8 +135,9 @@ class _Ranking:
     crawl. The keys are a tuple of strings, which the collector stops tracking.
 
     Only the head of the ranking that the budget can reach is ranked when the plan is made
-    (:func:`~.scoring.rank_head`); the candidates below it (:attr:`rest`) are ranked if the plan is
-    extended that far, before anything is appended.
+    (:func:`~.scoring.rank_head`); the candidates below it (:attr:`rest`) are ranked a head at a time
+    if the plan is extended that far, and new URLs discovery could not pay for (:attr:`tail`) after
+    every known page.
     """
 
     def __init__(self) -> None:
@@ -145,6 +146,7 @@ class _Ranking:
         self.costs = array("d")
         self.never_fetched = bytearray()
         self.rest: list[Candidate] = []
+        self.tail: list[Candidate] = []
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -779,11 +781,9 @@ class CostAwareScheduler(BaseScheduler):
         self._held = 0.0  # the spider yields nothing more on its own
         while self._discovery:
             self._defer(heapq.heappop(self._discovery)[2])
-        if self._deferred:  # new URLs discovery could not pay for, ranked after every known page
-            self._rank_rest()
-            deferred = set(self._deferred) - set(self._ranking.keys) - self._dispatched
-            extra = self.tracker.candidates(self.tracker.now(), deferred)
-            self._ranking.extend(rank(extra, self.config.objective, cycle=self.cycle))
+        if self._deferred:
+            deferred = set(self._deferred) - self._dispatched
+            self._ranking.tail += self.tracker.candidates(self.tracker.now(), deferred)
             self._deferred = []
         if self._reoffer_held_back():
             self.stats.inc_value("costsched/leftover_rounds")
@@ -905,11 +905,19 @@ class CostAwareScheduler(BaseScheduler):
                              if key in self._planned)
 
     def _rank_rest(self) -> bool:
-        """Rank the candidates the plan left below the ranking's head, after it; ``False`` if there are none."""
-        rest = self._ranking.rest
-        if not rest:
+        """Append to the ranking the best of the candidates the plan left below it, as many as the budget
+        left can reach (:func:`~.scoring.rank_head`: the rest of a large site is not ranked on the reactor
+        thread at once), then the new URLs discovery could not pay for; ``False`` if there are none."""
+        ranking = self._ranking
+        if ranking.rest:
+            head, ranking.rest = rank_head(ranking.rest, max(self.tracker.ledger.spendable(), 0.0),
+                                           self.config.objective, cycle=self.cycle)
+        elif ranking.tail:
+            ranked = set(ranking.keys)
+            head = rank([c for c in ranking.tail if c.key not in ranked], self.config.objective, cycle=self.cycle)
+            ranking.tail = []
+        else:
             return False
-        self._ranking.rest = []
-        self._ranking.extend(rank(rest, self.config.objective, cycle=self.cycle))
+        ranking.extend(head)
         self.stats.inc_value("costsched/plan/ranked_rest")
         return True

@@ -214,7 +214,8 @@ def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[st
 
 
 def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -> None:
-    """The plan ranks only the head the budget can reach; leftovers that walk past it rank the rest first."""
+    """The plan ranks only the head the budget can reach; leftovers that walk past it rank as much more of the
+    rest as the budget left can reach, not all of it (a large site's rest would hold up the reactor)."""
     crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 20, (
         (f"http://127.0.0.1:9/p/{i}", ("high", "normal", "low")[i % 3], math.exp(-6.0 + 8.0 * ((i * 0.618) % 1.0)),
          1 + i % 17) for i in range(3000)))
@@ -226,9 +227,17 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     # The spider yielded the whole head itself; the budget left pays for 20 pages of the rest.
     scheduler._dispatched.update(scheduler._ranking.keys)
     scheduler._extend_plan()
-    assert scheduler._ranking.keys == full
+    extended = len(scheduler._ranking)
+    assert head + 20 < extended < len(full)
+    assert scheduler._ranking.keys == full[:extended]
     assert scheduler._plan_end == head + 20
     assert crawler.stats.get_value("costsched/plan/ranked_rest") == 1
+    # Walking on to the end ranks the rest a part at a time, in the order ranking it all gives.
+    scheduler._dispatched.update(scheduler._ranking.keys)
+    while scheduler._rank_rest():
+        pass
+    assert scheduler._ranking.keys == full
+    assert crawler.stats.get_value("costsched/plan/ranked_rest") >= 2
     scheduler.close("finished")
 
 
