@@ -22,9 +22,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
-from scrapy_costsched.model.capacity import within_capacity
-from scrapy_costsched.model.discovery import expected_new
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head, score
+from scrapy_costsched.model.planning import make_plan
+from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
 
@@ -46,9 +45,6 @@ REFRESH_PRIORITY_OFFSET = -10
 TOP_UP = 64
 #: Visits the plan left out that a sick host's visit is weighed against before it may sink.
 SINK_WINDOW = 16
-#: New pages a hub must be expected to reveal for the discovery reserve to pay its visit (_scout): one every
-#: other visit, what a hub never measured is expected to reveal a day after its first visit (LinkPrior).
-SCOUT_MIN_NEW_PAGES = 0.5
 
 _DEFEATING_MIDDLEWARES = {
     "scrapy_deltafetch.DeltaFetch": ("DELTAFETCH_ENABLED", "scrapy-deltafetch skips every URL it has seen once"),
@@ -145,6 +141,8 @@ class _Ranking:
         self.indices = array("d")
         self.costs = array("d")
         self.never_fetched = bytearray()
+        # What the new pages each visit is expected to reveal will cost (:func:`~.scoring.discovery_spend`).
+        self.reveals = array("d")
         self.rest: list[Candidate] = []
         self.tail: list[Candidate] = []
 
@@ -157,6 +155,17 @@ class _Ranking:
         self.keys += tuple(map(itemgetter(0), candidates))
         self.costs.extend(map(itemgetter(4), candidates))
         self.never_fetched.extend(map(math.inf.__eq__, map(itemgetter(3), candidates)))
+        self.reveals.extend(map(discovery_spend, candidates))
+
+    def reorder(self, start: int, order: Sequence[int]) -> None:
+        """Put the visits at the positions *order* lists (a permutation of ``start .. start + len(order)``) in
+        that order."""
+        end = start + len(order)
+        self.keys = self.keys[:start] + tuple(self.keys[p] for p in order) + self.keys[end:]
+        self.indices[start:end] = array("d", (self.indices[p] for p in order))
+        self.costs[start:end] = array("d", (self.costs[p] for p in order))
+        self.never_fetched[start:end] = bytes(self.never_fetched[p] for p in order)
+        self.reveals[start:end] = array("d", (self.reveals[p] for p in order))
 
 
 class CostAwareScheduler(BaseScheduler):
@@ -279,31 +288,20 @@ class CostAwareScheduler(BaseScheduler):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            # The head of the ranking covers what the whole period's remaining budget can buy, so
-            # leftovers rarely need the rest ranked (then _rank_rest does it).
-            head, rest = rank_head(self.tracker.candidates(now), max(remaining, 0.0), self.config.objective,
-                                   cycle=self.cycle)
-            head = self._within_capacity(head)
-            ranking = list(map(itemgetter(1), head))
-            reserve = max(remaining, 0.0) * self.config.reserve_discovery
-            planned = self._plan_prefix(ranking, remaining - reserve)
-            robots = self.tracker.robots_cost({self.tracker.host_of(c.key) for c in planned})
-            if robots:
-                planned = self._plan_prefix(ranking, remaining - reserve - robots)
-            scout = self._scout(head, rest, planned, reserve)
-            if scout is not None:  # first in the ranking: the pages it reveals are found early in the run
-                head = [scout, *(entry for entry in head if entry[1].key != scout[1].key)]
-                rest = [candidate for candidate in rest if candidate.key != scout[1].key]
-                planned = [scout[1], *planned]
-                robots = self.tracker.robots_cost({self.tracker.host_of(c.key) for c in planned})
-            del ranking
-            self._ranking.extend(head)
-            del head
-            self._ranking.rest = rest
-            del rest
+            plan = make_plan(self.tracker.candidates(now), remaining, reserve_share=self.config.reserve_discovery,
+                             host_of=self.tracker.host_of, capacity_of=self.tracker.health.capacity,
+                             robots_cost=self.tracker.robots_cost, objective=self.config.objective, cycle=self.cycle)
+            self._ranking.extend(plan.head)
+            self._ranking.rest = plan.rest
         finally:
             if collecting:
                 gc.enable()
+        for host, (count, capacity) in plan.over_capacity.items():
+            self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
+            logger.info("costsched: %d visits of %s left out of the plan: its download slot can make %d in this run "
+                        "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
+                        count, host, capacity)
+        planned, robots, scout = plan.planned, plan.robots, plan.scout
         self._set_plan_end(len(planned))
         planned_cost = sum(c.cost for c in planned)
         self._held = sum(c.cost for c in planned if c.key in self.tracker.yield_only)
@@ -319,67 +317,12 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        scouted = None if scout is None else self.tracker.page(scout[1].key)
+        scouted = None if scout is None else self.tracker.page(scout.key)
         logger.info("costsched: %s; planned %d of %d ranked known pages%s, %.0f kept for discovery%s",
                     self.tracker.ledger.left(), self._plan_end, len(self._ranking),
                     f" and {robots:g} for their hosts' robots.txt" if robots else "", self._discovery_allowance,
                     "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
                     "pays for: no other planned page leads to new ones)")
-
-    def _scout(self, head: list[tuple[float, Candidate]], rest: list[Candidate], planned: list[Candidate],
-               reserve: float) -> tuple[float, Candidate] | None:
-        """The hub the discovery reserve pays a visit to when no planned page is a hub: the best ranked of
-        those whose visit *reserve* affords and that are expected to reveal a new page every other visit at
-        least.
-
-        The reserve is for what the ranking cannot see (design: reserves), and new URLs are found only
-        through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high
-        as the new pages a hub reveals and above the hub itself, which costs a visit of its own: without a
-        scout, such a plan visits no hub, the reserve finds nothing to pay for, and no new page is found
-        for as long as the backlog lasts (two days of 25 new articles missed in a trial). Until their visits
-        have been counted, hubs are known by their prior alike, so a front page may be scouted before its
-        sections; one whose visits reveal nothing falls below the threshold after one or two.
-        """
-        if reserve <= 0.0 or any(candidate.hub is not None for candidate in planned):
-            return None
-        hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
-        hubs += rank([candidate for candidate in rest if candidate.hub is not None], self.config.objective,
-                     cycle=self.cycle)
-        for entry in hubs:
-            candidate, hub = entry[1], entry[1].hub
-            assert hub is not None
-            if expected_new(hub.rate, candidate.elapsed, hub.cap) >= SCOUT_MIN_NEW_PAGES and \
-                    candidate.expected_cost <= reserve:
-                return entry
-        return None
-
-    def _within_capacity(self, head: list[tuple[float, Candidate]]) -> list[tuple[float, Candidate]]:
-        """The head of the ranking without the visits its hosts' download slots cannot make in this run
-        (:mod:`~.model.capacity`): their budget goes on down the ranking to other hosts."""
-        capacities: dict[str, int] = {}
-
-        def capacity_of(host: str) -> int:
-            if host not in capacities:
-                capacities[host] = self.tracker.health.capacity(host)
-            return capacities[host]
-
-        kept, left_out = within_capacity(head, lambda pair: self.tracker.host_of(pair[1].key), capacity_of)
-        for host, count in left_out.items():
-            self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
-            logger.info("costsched: %d visits of %s left out of the plan: its download slot can make %d in this run "
-                        "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
-                        count, host, capacities[host])
-        return kept
-
-    @staticmethod
-    def _plan_prefix(ranking: list[Candidate], budget: float) -> list[Candidate]:
-        """The *ranking*'s longest prefix that *budget* pays for, a hub's visit together with the new
-        pages it is expected to reveal (:func:`~.scoring.discovery_spend`): the hub is worth
-        visiting only if they can be fetched too."""
-        def bundle(candidate: Candidate) -> Candidate:
-            return candidate._replace(cost=candidate.cost + min(discovery_spend(candidate), budget))
-
-        return ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in ranking), budget))]
 
     def _available(self) -> float:
         """What the next visit may spend: the ledger's remaining budget less what planned pages hold."""
@@ -872,9 +815,15 @@ class CostAwareScheduler(BaseScheduler):
         return offered
 
     def _extend_plan(self) -> None:
-        """Move the end of the plan down the ranking as far as the remaining budget pays."""
+        """Move the end of the plan down the ranking as far as the remaining budget pays, a hub's visit together
+        with the new pages it is expected to reveal, as far as the budget reaches (the plan pays for both or
+        neither, :func:`~.planning.make_plan`; a round spends what is left): discovery may spend that much
+        (what hubs sent earlier revealed was admitted or deferred by the time the crawl went idle), and the
+        hubs go first, so what they reveal is found while the budget lasts rather than after the rest of the
+        round has spent it."""
         budget = self.tracker.ledger.spendable()
         end = self._cursor
+        revealed = 0.0
         while True:
             if end == len(self._ranking) and (not self._rank_rest() or end == len(self._ranking)):
                 break
@@ -882,27 +831,31 @@ class CostAwareScheduler(BaseScheduler):
                 cost = self._budgeted_cost(end)
                 if cost > budget:
                     break
-                budget -= cost
+                reveals = min(self._ranking.reveals[end], budget - cost)  # what is left, at the end of a period
+                budget -= cost + reveals
+                revealed += reveals
             end += 1
-        self._sink_sick(self._cursor, end)
+        self._discovery_allowance = max(self._discovery_allowance, self._discovery_spent + revealed)
+        self._order_round(self._cursor, end)
         self._set_plan_end(max(self._plan_end, end))
 
-    def _sink_sick(self, start: int, end: int) -> None:
-        """Order the ranking's part from *start* to *end*, not sent yet, by each visit's index at its host's
-        health now: visits of a host that fell sick in this run go after the others (and the budget may
-        run out before them)."""
-        if not self.tracker.health.worsened():
-            return
+    def _order_round(self, start: int, end: int) -> None:
+        """Order the ranking's part from *start* to *end*, not sent yet: hubs first, so the pages they reveal
+        are found while the budget lasts. When a host fell sick in this run, by each visit's index at its
+        host's health now, the sick host's hubs with the rest: its visits go after the others (and the
+        budget may run out before them)."""
         ranking = self._ranking
-        order = sorted(range(start, end), key=lambda position: -self._index_now(position))
+        if self.tracker.health.worsened():
+            now = {position: self._index_now(position) for position in range(start, end)}
+            order = sorted(range(start, end), key=lambda p: (ranking.reveals[p] == 0.0 or now[p] < ranking.indices[p],
+                                                             -now[p]))
+        else:
+            order = sorted(range(start, end), key=lambda p: ranking.reveals[p] == 0.0)
         if order == list(range(start, end)):
             return
-        ranking.keys = ranking.keys[:start] + tuple(ranking.keys[p] for p in order) + ranking.keys[end:]
-        ranking.indices[start:end] = array("d", (ranking.indices[p] for p in order))
-        ranking.costs[start:end] = array("d", (ranking.costs[p] for p in order))
-        ranking.never_fetched[start:end] = bytes(ranking.never_fetched[p] for p in order)
-        self._planned.update((key, position) for position, key in enumerate(ranking.keys[start:end], start)
-                             if key in self._planned)
+        ranking.reorder(start, order)
+        self._planned.update((key, position) for position, key in
+                             enumerate(self._ranking.keys[start:start + len(order)], start) if key in self._planned)
 
     def _rank_rest(self) -> bool:
         """Append to the ranking the best of the candidates the plan left below it, as many as the budget

@@ -447,6 +447,18 @@ def news_command(
     return cmd, env, stats_file, items_file
 
 
+def news_report(site: NewsSite, workdir: Path, *, budget: float) -> dict[str, Any]:
+    """``scrapy costsched-report --json`` on ``workdir/state.sqlite`` at *site*'s current time, for a budget of
+    *budget* (what the next ``run_news`` with it would plan)."""
+    _, env, _, _ = news_command(site, workdir)
+    cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--spider", "news", "--json",
+           "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", *crawl_options(budget, None, None)]
+    proc = subprocess.run(cmd, cwd=NEWS_PROJECT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
 def run_news(site: NewsSite, workdir: Path, *, budget: float | None = None, settings: dict[str, Any] | None = None,
              spider_args: dict[str, Any] | None = None, tag: str = "run", timeout: float = 180,
              spider: str = "news") -> CrawlResult:

@@ -13,7 +13,7 @@ import pytest
 
 from scrapy_costsched.learner import DAY
 from tests.helpers import read_state
-from tests.newssite import NewsSite, run_news
+from tests.newssite import NewsSite, news_report, run_news
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -98,13 +98,15 @@ def test_a_backlog_of_known_pages_never_fetched_does_not_stop_discovery(tmp_path
     """Found in a trial: a first run under the budget left most listed articles known but never fetched. They
     rank as high as the new articles a section reveals, and above the section, whose visit costs a request of
     its own, so the next plans visited no section and found none of the 25 articles the site added in two days.
-    The discovery reserve now pays a visit to a hub each day while no planned page is one."""
+    The discovery reserve now pays a visit to a hub each day while no planned page is one, and the report's next
+    plan shows the scout the crawl then visits first."""
     with NewsSite(tmp_path / "clock", horizon_days=6) as site:
         budget = math.ceil(BUDGET_SHARE * full_crawl_size(site, site.day(0)))
         fetched: set[int] = set()
         scouted = []
         for day in range(5):
             site.set_day(day)
+            ahead = news_report(site, tmp_path / "crawl", budget=budget) if day == 1 else None
             result = run_news(site, tmp_path / "crawl", budget=budget, tag=f"day{day}")
             assert result.returncode == 0, result.log[-3000:]
             assert result.stats["downloader/request_count"] <= budget
@@ -118,6 +120,12 @@ def test_a_backlog_of_known_pages_never_fetched_does_not_stop_discovery(tmp_path
                 listed = {a.id for s in range(site.sections) for a in site.listing_at(s, site.now())}
                 assert len(listed - fetched) > budget
                 assert result.stats["costsched/plan/scout"] == 1
+                assert ahead is not None
+                scout = ahead["next_plan"][0]
+                assert scout["scout"]
+                assert scout["hub"]
+                assert [p["url"] for p in ahead["next_plan"] if p["scout"]] == [scout["url"]]
+                assert f"the first planned, {scout['url']}, is a hub the discovery reserve pays for" in result.log
             scouted += re.findall(r"the first planned, (\S+), is a hub the discovery reserve pays for", result.log)
         # A front page whose links never change is scouted at most once in a while; the sections reveal the news.
         print(f"scouted: {scouted}")

@@ -33,6 +33,7 @@ from scrapy_costsched.report.html import (
     human_amount,
     render_html,
 )
+from scrapy_costsched.report.terminal import render_terminal
 from scrapy_costsched.settings import Config
 from scrapy_costsched.storage import storage_from_uri
 from tests import chromium
@@ -321,6 +322,24 @@ def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
     assert dom.css("table#wasteful-pages td.url span.moved::text").getall() == [f"moved to {url}"]
     assert dom.css("table#next-plan td.url span.form::text").get() == form
     assert "2 (1 moved)" in dom.css("table#dataset td::text").getall()
+
+
+def test_the_scout_is_told_from_the_other_hubs_of_the_next_plan() -> None:
+    """In the HTML and the terminal report alike; the terminal explains it only when a scout is planned."""
+    scout = PlannedPage("http://127.0.0.1/section/2", 0.2, 1.0, 1.0, 3.0, 1.0, True, scout=True)
+    hub = PlannedPage("http://127.0.0.1/section/1", 0.1, 1.0, 1.0, 3.0, 1.0, True)
+    article = PlannedPage("http://127.0.0.1/a/7", 0.9, 1.0, 1.0, 0.1, None, False)
+    report = Report(state="s", unit="requests", generated_at=None, periods=[], totals=Figures(), hosts=[],
+                    page_types=[], dataset=Dataset(), wasteful_pages=[], next_plan=[scout, article, hub],
+                    next_plan_at=None, shadow_savings=[])
+    dom = Selector(text=render_html(report))
+    assert [" ".join(row.css("td.url span.tag::text").getall()) for row in dom.css("table#next-plan tbody tr")] == \
+        ["hub, scout", "", "hub"]
+    lines = render_terminal(report).splitlines()
+    assert [line.split()[-1] for line in lines if "http://" in line] == ["scout)", "http://127.0.0.1/a/7", "(hub)"]
+    assert any(line.startswith("scout: a hub the discovery reserve pays for") for line in lines)
+    report.next_plan = [article, hub]
+    assert "scout" not in render_terminal(report)
 
 
 @pytest.mark.parametrize(("value", "unit", "shown"), [

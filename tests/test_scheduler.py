@@ -17,6 +17,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_costsched import CostAwareScheduler
 from scrapy_costsched.model import RateEstimate
+from scrapy_costsched.model.discovery import NewLinkStats
 from scrapy_costsched.model.scoring import rank
 from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.storage import SqliteDictStorage
@@ -188,10 +189,11 @@ class HeadSpider(Spider):
 
 
 def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[str, str, float, float]],
-                      meta: dict[str, Any] | None = None, **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
+                      meta: dict[str, Any] | None = None, hubs: dict[str, NewLinkStats] | None = None,
+                      **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
     """A scheduler over a state that knows *pages* (URL, value tier, change rate, days since the last
-    visit) and holds *meta* rows, opened and planned without an engine (the wrapped scheduler a
-    :class:`ListScheduler`)."""
+    visit), the new links of the *hubs* among them, and holds *meta* rows, opened and planned without an
+    engine (the wrapped scheduler a :class:`ListScheduler`)."""
     crawler = get_crawler(HeadSpider, {"COSTSCHED_STATE": str(state), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
                                        "COSTSCHED_BUDGET": budget, "COSTSCHED_FALLBACK_SCHEDULER":
                                        "tests.test_scheduler.ListScheduler", **settings})
@@ -202,7 +204,8 @@ def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[st
         page = PageState(url=url, host=urlparse(url).hostname or "", page_type="p", value=value,
                          first_seen=fake_now() - 90 * DAY,
                          template=make_template(Request(url, callback=spider.parse), spider),
-                         last_visit=fake_now() - days * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3))
+                         last_visit=fake_now() - days * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3),
+                         links=(hubs or {}).get(url))
         store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(), page.summary())
     for name, row in (meta or {}).items():
         store.set_meta(name, row)
@@ -238,6 +241,31 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
         pass
     assert scheduler._ranking.keys == full
     assert crawler.stats.get_value("costsched/plan/ranked_rest") >= 2
+    scheduler.close("finished")
+
+
+def test_leftovers_pay_for_the_pages_their_hubs_reveal_and_send_the_hubs_first(tmp_path: Path) -> None:
+    """Found in a trial: a leftover round sent its hubs after the pages ranked above them, when those had
+    spent the budget, so the new articles they revealed waited for the next day. Extending the plan, a
+    hub's visit is paid together with the new pages it is expected to reveal (as the plan pays for them),
+    which discovery may then spend, and the round's hubs go first."""
+    section, budget = "http://127.0.0.1:9/section", 50
+    crawler, scheduler = planned_scheduler(
+        tmp_path / "state.sqlite", budget,
+        [*((f"http://127.0.0.1:9/p/{i}", "critical", 1.0, 1 + i % 5) for i in range(100)), (section, "low", 0.01, 1)],
+        hubs={section: NewLinkStats(links=3.0, days=1.0, most=3)},
+        COSTSCHED_RESERVE_DISCOVERY=0.0)  # no reserve, no scout: the hub waits in its place
+    ranking, hub = scheduler._ranking, crawler.request_fingerprinter.fingerprint(Request(section)).hex()
+    assert ranking.keys.index(hub) > scheduler._plan_end + 10
+    # The spider yielded the plan itself and spent nothing: the whole budget is left for the round.
+    scheduler._dispatched.update(scheduler._planned)
+    scheduler._extend_plan()
+    extension = [key for key in ranking.keys[:scheduler._plan_end] if key not in scheduler._dispatched]
+    assert extension[0] == hub
+    reveals = ranking.reveals[ranking.keys.index(hub)]
+    assert 1.0 < reveals < 3.0
+    assert len(extension) == 1 + math.floor(budget - 1 - reveals)  # a request each: the hub, then what is left
+    assert scheduler._discovery_allowance == pytest.approx(reveals)
     scheduler.close("finished")
 
 
@@ -385,7 +413,7 @@ def test_under_byte_billing_robots_txt_is_planned_at_what_it_was_measured_to_cos
     byte budget) for each host, and the refreshes it crowded out left the new pages no reserve."""
     pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 5.0) for i in range(20)]
     measured = {"bytes": {"127.0.0.1|p": [2000.0, 40]}}
-    settings = {"COSTSCHED_BILLING": "bandwidth", "ROBOTSTXT_OBEY": True}
+    settings: dict[str, Any] = {"COSTSCHED_BILLING": "bandwidth", "ROBOTSTXT_OBEY": True}
     _, first = planned_scheduler(tmp_path / "first.sqlite", "20kB", pages, {"host:127.0.0.1": measured}, **settings)
     _, later = planned_scheduler(tmp_path / "later.sqlite", "20kB", pages, {"host:127.0.0.1": {"bytes": {
         **measured["bytes"], "127.0.0.1|/robots.txt": [500.0, 3]}}}, **settings)

@@ -22,7 +22,7 @@ from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
 from scrapy_costsched.model.discovery import expected_new
-from scrapy_costsched.model.scoring import rank_head
+from scrapy_costsched.model.planning import make_plan
 from scrapy_costsched.pages import PageState
 
 if TYPE_CHECKING:
@@ -212,6 +212,9 @@ class PlannedPage:
     priced for the new pages it may reveal; most reveal none)."""
     form: str | None = None
     """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
+    scout: bool = False
+    """A hub the discovery reserve pays for, first in the run, because no other planned page is one
+    (:func:`~.planning.make_plan`)."""
 
 
 @dataclass
@@ -325,24 +328,26 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
 
 
 def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, list[PlannedPage]]:
-    """The head of the next run's ranking for a period *budget*, as the scheduler would rank it: now, on what
-    is left of this period's budget, or at the next period's start when nothing is left. ``(None, [])``
-    without a budget (shadow mode plans nothing)."""
+    """The head of the next run's ranking for a period *budget*, as the scheduler's plan
+    (:func:`~.planning.make_plan`) ranks it: now, on what is left of this period's budget, or at the next
+    period's start when nothing is left. ``(None, [])`` without a budget (shadow mode plans nothing)."""
     if budget is None:
         return None, []
     config, ledger = tracker.config, tracker.ledger
     remaining = budget - ledger.spent
     when, budget = (tracker.now(), remaining) if remaining > 0 else \
         ((ledger.period + 1) * config.budget_period, budget)
-    head, _ = rank_head(tracker.candidates(when), budget, config.objective, cycle=config.budget_period / DAY)
+    plan = make_plan(tracker.candidates(when), budget, reserve_share=config.reserve_discovery,
+                     host_of=tracker.host_of, capacity_of=tracker.health.capacity, robots_cost=tracker.robots_cost,
+                     objective=config.objective, cycle=config.budget_period / DAY)
     planned = []
-    for index, candidate in head[:NEXT_PLAN_PAGES]:
+    for index, candidate in plan.head[:NEXT_PLAN_PAGES]:
         page = tracker.page(candidate.key)
         hub = candidate.hub
         reveals = 0.0 if hub is None else expected_new(hub.rate, candidate.elapsed, hub.cap)
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                                   reveals >= HUB_NEW_PAGES, page.form if page else None))
+                                   reveals >= HUB_NEW_PAGES, page.form if page else None, candidate is plan.scout))
     return when, planned
 
 

@@ -114,11 +114,14 @@ def render_terminal(report: Report) -> str:
         _table(
             "Next plan",
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
-            "index = value x freshness gain / cost",
+            "index = value x freshness gain / cost"
+            + ("\nscout: a hub the discovery reserve pays for, first in the run, as no other planned page is one"
+               if any(p.scout for p in report.next_plan) else ""),
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
               "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
-              _url((p.url or "?") + _form(p.form)) + (" (hub)" if p.hub else "")] for p in report.next_plan],
+              _url((p.url or "?") + _form(p.form)) + (" (hub, scout)" if p.scout else " (hub)" if p.hub else "")]
+             for p in report.next_plan],
         ),
     ]
     if report.shadow_savings:

@@ -6,8 +6,8 @@ budget (:func:`~scrapy_costsched.model.scoring.affordable_prefix`), so all spend
 the same budget.  They differ in the order:
 
 ==========================  ====================================================
-``costsched``               :func:`~scrapy_costsched.model.scoring.rank`, the
-                            scheduler's own index value·U/marginal cost
+``costsched``               the scheduler's own plan (:mod:`~.model.planning`):
+                            its index value·U/marginal cost
 ``oracle``                  known rates; the Lagrangian optimum on the grid of
                             cycles, realised by visiting the pages whose credit
                             (frequency × time since the last visit) is largest
@@ -41,7 +41,8 @@ from scrapy_costsched.model import ChangeStats, RateEstimate, RatePrior, estimat
 from scrapy_costsched.model.freshness import seed_priority
 from scrapy_costsched.model.grid import frequency_at, grid_allocation
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, rank
+from scrapy_costsched.model.planning import make_plan
+from scrapy_costsched.model.scoring import Candidate, affordable_prefix
 from scrapy_costsched.model.trust import SignalTrust, audit_date
 
 if TYPE_CHECKING:
@@ -255,7 +256,8 @@ class Policy:
 
 
 class CostSched(Policy):
-    """This project's scheduler: :func:`rank` and :func:`affordable_prefix`, as the Scrapy scheduler calls them."""
+    """This project's scheduler: its plan (:func:`~scrapy_costsched.model.planning.make_plan`), with no discovery
+    reserve (the simulated pages are all known), robots.txt or host limits."""
 
     name = "costsched"
 
@@ -266,8 +268,21 @@ class CostSched(Policy):
                 rate_low=low, rate_high=high) for i in self.alive for low, high in (rates.bounds(i),)]
         else:
             candidates = [self.candidate(i, time, rates.rate(i, time), priced=True) for i in self.alive]
-        ranking = rank(candidates, self.ctx.objective, cycle=self.ctx.cycle)
-        return [self.index[c.key] for c in affordable_prefix(ranking, budget)]
+        plan = make_plan(candidates, budget, reserve_share=0.0, host_of=_no_host, capacity_of=_unlimited,
+                         robots_cost=_free, objective=self.ctx.objective, cycle=self.ctx.cycle)
+        return [self.index[c.key] for c in plan.planned]
+
+
+def _no_host(key: str) -> None:
+    return None
+
+
+def _unlimited(host: str) -> int:
+    return 2**62
+
+
+def _free(hosts: set[str | None]) -> float:
+    return 0.0
 
 
 class Uniform(Policy):

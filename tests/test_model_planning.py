@@ -1,0 +1,62 @@
+"""make_plan: the run's plan that the scheduler makes and the report shows (capacity, reserve, robots.txt, scout)."""
+
+from __future__ import annotations
+
+from scrapy_costsched.model.discovery import Discovery
+from scrapy_costsched.model.planning import Plan, make_plan
+from scrapy_costsched.model.scoring import Candidate, rank, rank_head
+
+#: Pages of host "a" that change daily and were fetched a month ago, of values falling in key order: they outrank
+#: the hub, and are more than a plan's head scores.
+BACKLOG = 2000
+HUB = Candidate("hub", 0.01, 0.01, 1.0, 1.0, hub=Discovery(rate=0.6, value=0.01, cost=1.0, page_rate=0.5, cap=10.0))
+
+
+def _candidates() -> list[Candidate]:
+    return [Candidate(f"a{i:05d}", 2.0 - i * 1e-4, 1.0, 30.0, 1.0) for i in range(BACKLOG)] + [HUB]
+
+
+def _plan(remaining: float = 10.0, capacities: dict[str, int] | None = None, robots: float = 0.0,
+          reserve_share: float = 0.2) -> Plan:
+    return make_plan(_candidates(), remaining, reserve_share=reserve_share,
+                     host_of=lambda key: "b" if key == HUB.key else "a",
+                     capacity_of=lambda host: (capacities or {}).get(host, 10**9),
+                     robots_cost=lambda hosts: robots * len(hosts), cycle=1.0)
+
+
+def test_the_plan_is_the_affordable_prefix_of_the_ranking_less_the_discovery_reserve() -> None:
+    plan = _plan(remaining=100.0)
+    backlog = [c.key for _, c in rank(_candidates(), cycle=1.0) if c.key != HUB.key]
+    assert [c.key for c in plan.planned[1:]] == backlog[:80]  # 100 less the 20% reserve; the scout comes first
+    assert [c.key for _, c in plan.head[1:]] == backlog[:len(plan.head) - 1]
+
+
+def test_the_hosts_robots_txt_is_paid_for_before_the_pages() -> None:
+    plan = _plan(remaining=100.0, robots=3.0)
+    assert plan.robots == 6.0  # hosts "a" and the scout's "b"
+    assert len(plan.planned) == 1 + 77  # the scout, then 100 - 20 - 3 for host "a"'s robots.txt
+
+
+def test_a_backlog_that_outranks_every_hub_gets_a_scout_from_the_rest_of_the_ranking() -> None:
+    """No planned page is a hub, and the hub ranks below the head: the reserve pays for it, first."""
+    unreserved = _plan(reserve_share=0.0)
+    assert unreserved.scout is None
+    assert HUB in unreserved.rest  # not even ranked
+    plan = _plan()
+    assert plan.scout == HUB
+    assert plan.head[0][1] == HUB
+    assert plan.planned[0] == HUB
+    assert len(plan.planned) == 1 + 8  # the scout from the reserve of 2, then 8 of the backlog
+    assert HUB.key not in {c.key for c in plan.rest}
+
+
+def test_no_scout_for_a_host_whose_download_slot_is_full() -> None:
+    assert _plan(capacities={"b": 0}).scout is None
+    assert _plan(capacities={"b": 1}).scout == HUB
+
+
+def test_visits_beyond_a_host_s_capacity_leave_the_head_and_are_reported() -> None:
+    head, _ = rank_head(_candidates(), 10.0, cycle=1.0)
+    plan = _plan(capacities={"a": 5})
+    assert [c.key for c in plan.planned] == [HUB.key, "a00000", "a00001", "a00002", "a00003", "a00004"]
+    assert plan.over_capacity == {"a": (sum(c.key != HUB.key for _, c in head) - 5, 5)}
