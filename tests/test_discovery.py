@@ -125,6 +125,9 @@ def test_a_backlog_of_known_pages_never_fetched_does_not_stop_discovery(tmp_path
                 assert scout["scout"]
                 assert scout["hub"]
                 assert [p["url"] for p in ahead["next_plan"] if p["scout"]] == [scout["url"]]
+                reached = [p["planned"] for p in ahead["next_plan"]]  # the budget reaches a prefix: the crawl's plan
+                assert reached == sorted(reached, reverse=True)
+                assert sum(reached) == min(result.stats["costsched/plan/planned"], len(reached))
                 assert f"the first planned, {scout['url']}, is a hub the discovery reserve pays for" in result.log
             scouted += re.findall(r"the first planned, (\S+), is a hub the discovery reserve pays for", result.log)
         # A front page whose links never change is scouted at most once in a while; the sections reveal the news.

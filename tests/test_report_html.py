@@ -324,22 +324,27 @@ def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
     assert "2 (1 moved)" in dom.css("table#dataset td::text").getall()
 
 
-def test_the_scout_is_told_from_the_other_hubs_of_the_next_plan() -> None:
-    """In the HTML and the terminal report alike; the terminal explains it only when a scout is planned."""
-    scout = PlannedPage("http://127.0.0.1/section/2", 0.2, 1.0, 1.0, 3.0, 1.0, True, scout=True)
+def test_the_scout_and_where_the_budget_ends_are_shown_in_the_next_plan() -> None:
+    """In the HTML and the terminal report alike; the terminal explains the scout only when one is planned."""
+    scout = PlannedPage("http://127.0.0.1/section/2", 0.2, 1.0, 1.0, 3.0, 1.0, True, scout=True, planned=True)
     hub = PlannedPage("http://127.0.0.1/section/1", 0.1, 1.0, 1.0, 3.0, 1.0, True)
-    article = PlannedPage("http://127.0.0.1/a/7", 0.9, 1.0, 1.0, 0.1, None, False)
+    article = PlannedPage("http://127.0.0.1/a/7", 0.9, 1.0, 1.0, 0.1, None, False, planned=True)
     report = Report(state="s", unit="requests", generated_at=None, periods=[], totals=Figures(), hosts=[],
                     page_types=[], dataset=Dataset(), wasteful_pages=[], next_plan=[scout, article, hub],
                     next_plan_at=None, shadow_savings=[])
     dom = Selector(text=render_html(report))
     assert [" ".join(row.css("td.url span.tag::text").getall()) for row in dom.css("table#next-plan tbody tr")] == \
         ["hub, scout", "", "hub"]
+    assert "The run's budget reaches the first 2 rows." in dom.css("table#next-plan caption::text").get("")
     lines = render_terminal(report).splitlines()
     assert [line.split()[-1] for line in lines if "http://" in line] == ["scout)", "http://127.0.0.1/a/7", "(hub)"]
     assert any(line.startswith("scout: a hub the discovery reserve pays for") for line in lines)
+    assert "the run's budget reaches the first 2 rows" in lines
     report.next_plan = [article, hub]
     assert "scout" not in render_terminal(report)
+    hub.planned = True  # the budget reaches every row: nothing to say
+    assert "budget reaches" not in render_terminal(report)
+    assert "budget reaches" not in render_html(report)
 
 
 @pytest.mark.parametrize(("value", "unit", "shown"), [

@@ -215,6 +215,8 @@ class PlannedPage:
     scout: bool = False
     """A hub the discovery reserve pays for, first in the run, because no other planned page is one
     (:func:`~.planning.make_plan`)."""
+    planned: bool = False
+    """The run's budget reaches it (the rows that are form a prefix of the plan's head)."""
 
 
 @dataclass
@@ -340,14 +342,15 @@ def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, li
     plan = make_plan(tracker.candidates(when), budget, reserve_share=config.reserve_discovery,
                      host_of=tracker.host_of, capacity_of=tracker.health.capacity, robots_cost=tracker.robots_cost,
                      objective=config.objective, cycle=config.budget_period / DAY)
-    planned = []
+    planned, paid = [], {candidate.key for candidate in plan.planned}
     for index, candidate in plan.head[:NEXT_PLAN_PAGES]:
         page = tracker.page(candidate.key)
         hub = candidate.hub
         reveals = 0.0 if hub is None else expected_new(hub.rate, candidate.elapsed, hub.cap)
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                                   reveals >= HUB_NEW_PAGES, page.form if page else None, candidate is plan.scout))
+                                   reveals >= HUB_NEW_PAGES, page.form if page else None, candidate is plan.scout,
+                                   candidate.key in paid))
     return when, planned
 
 

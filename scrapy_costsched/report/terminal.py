@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 if TYPE_CHECKING:
-    from scrapy_costsched.report import Figures, Rates, Report
+    from scrapy_costsched.report import Figures, PlannedPage, Rates, Report
 
 #: Width at which a table's first column (a host, a page type) wraps, so that tables fit 100 columns.
 FIRST_COLUMN = 30
@@ -55,6 +55,12 @@ def _table(title: str, caption: str, headers: list[str], rows: list[list[Any]]) 
     rule = ["-" * len(header) for header in headers]
     body = tabulate([headers, rule, *rows], tablefmt="plain", disable_numparse=True, maxcolwidths=widths)
     return f"{title}\n{caption}\n\n{body}\n"
+
+
+def _budget_reach(plan: list[PlannedPage]) -> str:
+    """Where the run's budget ends in *plan*'s rows, when it ends before the last."""
+    reached = sum(page.planned for page in plan)
+    return f"\nthe run's budget reaches the first {reached} rows" if reached < len(plan) else ""
 
 
 def render_terminal(report: Report) -> str:
@@ -114,7 +120,7 @@ def render_terminal(report: Report) -> str:
         _table(
             "Next plan",
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
-            "index = value x freshness gain / cost"
+            "index = value x freshness gain / cost" + _budget_reach(report.next_plan)
             + ("\nscout: a hub the discovery reserve pays for, first in the run, as no other planned page is one"
                if any(p.scout for p in report.next_plan) else ""),
             ["index", "cost", "value", "rate", "days since", "url"],
