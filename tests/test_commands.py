@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from scrapy_costsched.commands import default_state
 from tests.helpers import ROOT
 
 if TYPE_CHECKING:
@@ -105,3 +106,20 @@ def test_debug_commands_neither_spend_nor_record(project: Path, edge_site: EdgeS
     assert state_files(project) == before
     assert {path: edge_site.hits[path] - hits_before.get(path, 0) for path in edge_site.hits
             if edge_site.hits[path] != hits_before.get(path, 0)} == own_requests
+
+
+@pytest.mark.parametrize(("spider", "file_name"), [
+    ("shop", "shop.sqlite"),
+    ("shop:eu", "shop_eu.sqlite"),
+    ("shop/eu", "shop_eu.sqlite"),
+    ('a\\b*?"<>|', "a_b______.sqlite"),
+])
+def test_the_default_state_is_one_file_any_system_can_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           spider: str, file_name: str) -> None:
+    """A spider's name may hold what a file name cannot on Windows (``shop:eu``), or a slash that would
+    make a directory: the default state is one file in the project's data directory all the same."""
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = shopproj.settings\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
+    assert default_state(spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
+

@@ -7,6 +7,7 @@ templates) is imported inside ``run``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,15 +29,22 @@ if TYPE_CHECKING:
     from scrapy_costsched.tracker import Tracker
 
 
+#: Characters Windows refuses in a file name (``/`` and ``\\`` would also make directories).
+_UNSAFE_IN_FILE_NAMES = re.compile(r'[<>:"/\\|?*\x00-\x1f]')
+
+
 def default_state(spider_name: str, createdir: bool = False) -> str:
     """Where a spider's state lives when ``COSTSCHED_STATE`` is not set: the project's data dir.
 
     Run outside the project's directory (``SCRAPY_SETTINGS_MODULE`` set by a cron job, a container or
     Scrapyd), Scrapy finds no ``scrapy.cfg`` to place that dir by, and a state put beside the working
     directory instead would start from nothing whenever it differs: the user is asked for a path.
+    The file is named after the spider, with ``_`` for what no file name may hold on some system
+    (a spider ``shop:eu`` or ``shop/eu`` keeps ``shop_eu.sqlite``).
     """
+    file_name = f"{_UNSAFE_IN_FILE_NAMES.sub('_', spider_name)}.sqlite"
     try:
-        return str(Path(data_path("costsched", createdir=createdir)) / f"{spider_name}.sqlite")
+        return str(Path(data_path("costsched", createdir=createdir)) / file_name)
     except NotConfigured:
         raise StateError(
             f"COSTSCHED_STATE is not set, and outside the project's directory ({Path.cwd()} has no scrapy.cfg "
