@@ -22,7 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
-from scrapy_costsched.model.planning import make_plan
+from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
@@ -141,8 +141,10 @@ class _Ranking:
         self.indices = array("d")
         self.costs = array("d")
         self.never_fetched = bytearray()
-        # What the new pages each visit is expected to reveal will cost (:func:`~.scoring.discovery_spend`).
+        # What the new pages each visit is expected to reveal will cost (:func:`~.scoring.discovery_spend`), and
+        # whether it is a hub's (:func:`~.planning.leads_to_new_pages`).
         self.reveals = array("d")
+        self.hubs = bytearray()
         self.rest: list[Candidate] = []
         self.tail: list[Candidate] = []
 
@@ -156,6 +158,7 @@ class _Ranking:
         self.costs.extend(map(itemgetter(4), candidates))
         self.never_fetched.extend(map(math.inf.__eq__, map(itemgetter(3), candidates)))
         self.reveals.extend(map(discovery_spend, candidates))
+        self.hubs.extend(map(leads_to_new_pages, candidates))
 
     def reorder(self, start: int, order: Sequence[int]) -> None:
         """Put the visits at the positions *order* lists (a permutation of ``start .. start + len(order)``) in
@@ -166,6 +169,7 @@ class _Ranking:
         self.costs[start:end] = array("d", (self.costs[p] for p in order))
         self.never_fetched[start:end] = bytes(self.never_fetched[p] for p in order)
         self.reveals[start:end] = array("d", (self.reveals[p] for p in order))
+        self.hubs[start:end] = bytes(self.hubs[p] for p in order)
 
 
 class CostAwareScheduler(BaseScheduler):
@@ -840,17 +844,17 @@ class CostAwareScheduler(BaseScheduler):
         self._set_plan_end(max(self._plan_end, end))
 
     def _order_round(self, start: int, end: int) -> None:
-        """Order the ranking's part from *start* to *end*, not sent yet: hubs first, so the pages they reveal
-        are found while the budget lasts. When a host fell sick in this run, by each visit's index at its
+        """Order the ranking's part from *start* to *end*, not sent yet: hubs first (pages expected to reveal
+        new ones; most pages link out and reveal next to nothing), so the pages they reveal are found while
+        the budget lasts. When a host fell sick in this run, by each visit's index at its
         host's health now, the sick host's hubs with the rest: its visits go after the others (and the
         budget may run out before them)."""
         ranking = self._ranking
         if self.tracker.health.worsened():
             now = {position: self._index_now(position) for position in range(start, end)}
-            order = sorted(range(start, end), key=lambda p: (ranking.reveals[p] == 0.0 or now[p] < ranking.indices[p],
-                                                             -now[p]))
+            order = sorted(range(start, end), key=lambda p: (not ranking.hubs[p] or now[p] < ranking.indices[p], -now[p]))
         else:
-            order = sorted(range(start, end), key=lambda p: ranking.reveals[p] == 0.0)
+            order = sorted(range(start, end), key=lambda p: not ranking.hubs[p])
         if order == list(range(start, end)):
             return
         ranking.reorder(start, order)

@@ -440,20 +440,25 @@ def news_command(
     cmd = [sys.executable, "-m", "scrapy", "crawl", spider, "-a", f"site={site.url}",
            "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", "-s", f"DEMO_STATS_FILE={stats_file}",
            "-O", f"{items_file}:jsonlines", *crawl_options(budget, settings, spider_args)]
+    return cmd, news_env(site), stats_file, items_file
+
+
+def news_env(site: NewsSite) -> dict[str, str]:
+    """The environment a ``scrapy`` command runs in within the news project, at *site*'s clock."""
     env = {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
     env["DEMO_CLOCK_FILE"] = str(site.clock_file)
     # The demo project lends the news project its stats-file extension.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), str(PROJECT), os.environ.get("PYTHONPATH", "")) if p)
-    return cmd, env, stats_file, items_file
+    return env
 
 
 def news_report(site: NewsSite, workdir: Path, *, budget: float) -> dict[str, Any]:
     """``scrapy costsched-report --json`` on ``workdir/state.sqlite`` at *site*'s current time, for a budget of
     *budget* (what the next ``run_news`` with it would plan)."""
-    _, env, _, _ = news_command(site, workdir)
     cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--spider", "news", "--json",
            "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", *crawl_options(budget, None, None)]
-    proc = subprocess.run(cmd, cwd=NEWS_PROJECT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(cmd, cwd=NEWS_PROJECT, env=news_env(site), capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report: dict[str, Any] = json.loads(proc.stdout)
     return report

@@ -247,25 +247,34 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
 def test_leftovers_pay_for_the_pages_their_hubs_reveal_and_send_the_hubs_first(tmp_path: Path) -> None:
     """Found in a trial: a leftover round sent its hubs after the pages ranked above them, when those had
     spent the budget, so the new articles they revealed waited for the next day. Extending the plan, a
-    hub's visit is paid together with the new pages it is expected to reveal (as the plan pays for them),
-    which discovery may then spend, and the round's hubs go first."""
+    hub's visit is paid together with the new pages it is expected to reveal, which discovery may then
+    spend, and the round's hubs go first; pages that link out but have revealed nothing for a month (as
+    articles do) keep their places."""
     section, budget = "http://127.0.0.1:9/section", 50
+    pages = [f"http://127.0.0.1:9/p/{i}" for i in range(100)]
     crawler, scheduler = planned_scheduler(
         tmp_path / "state.sqlite", budget,
-        [*((f"http://127.0.0.1:9/p/{i}", "critical", 1.0, 1 + i % 5) for i in range(100)), (section, "low", 0.01, 1)],
-        hubs={section: NewLinkStats(links=3.0, days=1.0, most=3)},
+        [*((url, "critical", 1.0, 1 + i % 5) for i, url in enumerate(pages)), (section, "low", 0.01, 1)],
+        hubs={section: NewLinkStats(links=3.0, days=1.0, most=3), **{url: NewLinkStats(days=30.0) for url in pages}},
         COSTSCHED_RESERVE_DISCOVERY=0.0)  # no reserve, no scout: the hub waits in its place
     ranking, hub = scheduler._ranking, crawler.request_fingerprinter.fingerprint(Request(section)).hex()
     assert ranking.keys.index(hub) > scheduler._plan_end + 10
+    ranked = ranking.keys
     # The spider yielded the plan itself and spent nothing: the whole budget is left for the round.
     scheduler._dispatched.update(scheduler._planned)
     scheduler._extend_plan()
     extension = [key for key in ranking.keys[:scheduler._plan_end] if key not in scheduler._dispatched]
     assert extension[0] == hub
-    reveals = ranking.reveals[ranking.keys.index(hub)]
+    assert extension[1:] == [key for key in ranked if key in extension[1:]]  # the others in their order
+    position = {key: p for p, key in enumerate(ranking.keys)}
+    reveals = ranking.reveals[position[hub]]
     assert 1.0 < reveals < 3.0
-    assert len(extension) == 1 + math.floor(budget - 1 - reveals)  # a request each: the hub, then what is left
-    assert scheduler._discovery_allowance == pytest.approx(reveals)
+    assert 0.0 < max(ranking.reveals[position[key]] for key in extension[1:]) < 0.1
+    # A request each, with what each is expected to reveal: the round spends the budget as far as it goes.
+    spent = sum(1.0 + ranking.reveals[position[key]] for key in extension)
+    following = ranking.keys[scheduler._plan_end]
+    assert spent <= budget < spent + 1.0 + ranking.reveals[position[following]]
+    assert scheduler._discovery_allowance >= spent - len(extension) > reveals
     scheduler.close("finished")
 
 

@@ -18,11 +18,19 @@ from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discove
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["SCOUT_MIN_NEW_PAGES", "Plan", "make_plan"]
+__all__ = ["HUB_MIN_NEW_PAGES", "Plan", "leads_to_new_pages", "make_plan"]
 
-#: New pages a hub must be expected to reveal for the discovery reserve to pay its visit (the scout): one every
-#: other visit, what a hub never measured is expected to reveal a day after its first visit (LinkPrior).
-SCOUT_MIN_NEW_PAGES = 0.5
+#: New pages a visit must be expected to reveal for its page to count as a hub (every page that links out is
+#: priced for the new pages it may reveal; most reveal none): one every other visit, what a hub never
+#: measured is expected to reveal a day after its first visit (LinkPrior).
+HUB_MIN_NEW_PAGES = 0.5
+
+
+def leads_to_new_pages(candidate: Candidate) -> bool:
+    """Whether *candidate*'s visit is expected to reveal at least :data:`HUB_MIN_NEW_PAGES` new pages: the hubs
+    a scout is chosen from, a leftover round sends first and the report marks."""
+    hub = candidate.hub
+    return hub is not None and expected_new(hub.rate, candidate.elapsed, hub.cap) >= HUB_MIN_NEW_PAGES
 
 
 @dataclass
@@ -118,10 +126,8 @@ def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: 
     hubs += rank([candidate for candidate in rest if candidate.hub is not None], objective, cycle=cycle)
     visits: Counter[str | None] | None = None
     for entry in hubs:
-        candidate, hub = entry[1], entry[1].hub
-        assert hub is not None
-        if expected_new(hub.rate, candidate.elapsed, hub.cap) < SCOUT_MIN_NEW_PAGES or \
-                candidate.expected_cost > reserve:
+        candidate = entry[1]
+        if not leads_to_new_pages(candidate) or candidate.expected_cost > reserve:
             continue
         host = host_of(candidate.key)
         if host is not None:

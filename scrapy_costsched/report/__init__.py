@@ -21,8 +21,7 @@ from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
-from scrapy_costsched.model.discovery import expected_new
-from scrapy_costsched.model.planning import make_plan
+from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.pages import PageState
 
 if TYPE_CHECKING:
@@ -40,8 +39,6 @@ UNATTRIBUTED_NOISE = 1e-9
 SHADOW_SHARES = (0.25, 0.5, 0.75)
 #: Pages of the next plan's head the report lists.
 NEXT_PLAN_PAGES = 20
-#: New pages a planned visit must be expected to reveal to be shown as a hub's.
-HUB_NEW_PAGES = 0.5
 #: Rates kept per page type for the distribution chart (an even sample of the sorted rates beyond that).
 RATE_SAMPLE = 500
 
@@ -208,8 +205,7 @@ class PlannedPage:
     rate: float
     days_since_visit: float | None
     hub: bool
-    """The visit is expected to reveal at least :data:`HUB_NEW_PAGES` new pages (every page that links out is
-    priced for the new pages it may reveal; most reveal none)."""
+    """The visit is expected to reveal new pages (:func:`~.planning.leads_to_new_pages`)."""
     form: str | None = None
     """Method and body of a page that is not a plain GET of its URL (a form's pages share one URL)."""
     scout: bool = False
@@ -345,11 +341,9 @@ def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, li
     planned, paid = [], {candidate.key for candidate in plan.planned}
     for index, candidate in plan.head[:NEXT_PLAN_PAGES]:
         page = tracker.page(candidate.key)
-        hub = candidate.hub
-        reveals = 0.0 if hub is None else expected_new(hub.rate, candidate.elapsed, hub.cap)
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                                   reveals >= HUB_NEW_PAGES, page.form if page else None, candidate is plan.scout,
+                                   leads_to_new_pages(candidate), page.form if page else None, candidate is plan.scout,
                                    candidate.key in paid))
     return when, planned
 
