@@ -123,3 +123,27 @@ def test_the_default_state_is_one_file_any_system_can_name(tmp_path: Path, monke
     monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
     assert default_state(spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
 
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("costsched-report", "shop"), "unexpected arguments: shop"),
+    (("costsched-export", "shop"), "cannot tell the format of 'shop' from its extension"),
+    (("costsched-export", "shop", "out.jl"), "give one output FILE"),
+    (("costsched-state", "shop", "show", "http://example.com/"), "expected show URL, export FILE or import FILE"),
+])
+def test_a_spider_named_as_to_crawl_is_pointed_to_the_spider_option(project: Path, args: tuple[str, ...],
+                                                                    message: str) -> None:
+    """``scrapy costsched-report shop``, as one types ``scrapy crawl shop``: the one-line error says how to name it,
+    and only when the argument is one of the project's spiders."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SCRAPY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    for spider_or_not, hinted in (("shop", True), ("shoes", False)):
+        argv = [spider_or_not if arg == "shop" else arg for arg in args]
+        done = subprocess.run([sys.executable, "-m", "scrapy", *argv], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 2
+        last = done.stderr.strip().splitlines()[-1]
+        assert message.replace("shop", spider_or_not) in last
+        assert last.endswith(f"(to name the spider: --spider {spider_or_not})") is hinted
+        assert "Global Options" not in done.stderr  # the error and the usage line, not the whole help
+    assert not (project.parent / "state" / "state.sqlite").exists()

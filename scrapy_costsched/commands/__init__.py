@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import argparse
 
     from scrapy.settings import Settings
+    from scrapy.spiderloader import SpiderLoaderProtocol
 
     from scrapy_costsched.storage import StateStorage
     from scrapy_costsched.tracker import Tracker
@@ -104,11 +105,24 @@ class StateCommand(ScrapyCommand):
                             help="the spider whose state to read (needed unless --state is given, or the "
                                  "project has a single spider)")
 
+    def spider_loader(self) -> SpiderLoaderProtocol:
+        assert self.settings is not None
+        loader: SpiderLoaderProtocol = load_object(self.settings["SPIDER_LOADER_CLASS"]).from_settings(
+            self.settings.frozencopy())
+        return loader
+
+    def argument_error(self, message: str, args: list[str]) -> UsageError:
+        """*message* as the command's one-line error; a spider's name given first, as to ``scrapy crawl``,
+        is pointed to ``--spider``."""
+        if args and args[0] in self.spider_loader().list():
+            message += f" (to name the spider: --spider {args[0]})"
+        return UsageError(message, print_help=False)
+
     def spider_settings(self, opts: argparse.Namespace) -> tuple[Settings, str | None]:
         """The settings a crawl of the chosen spider runs with, and that spider's name (if any)."""
         assert self.settings is not None
         settings = self.settings.copy()
-        loader = load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
+        loader = self.spider_loader()
         name = opts.spider_name
         if name is None and not opts.state:
             names = loader.list()

@@ -61,10 +61,13 @@ class Command(StateCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
-            raise UsageError("give one output FILE (or - for stdout, with -t FORMAT)", print_help=False)
+            raise self.argument_error("give one output FILE (or - for stdout, with -t FORMAT)", args)
         output = args[0]
         state = self.target(opts)
-        exporter_path = _exporter_path(state.settings, output, opts.format)
+        try:
+            exporter_path = _exporter_path(state.settings, output, opts.format)
+        except UsageError as exc:
+            raise self.argument_error(str(exc), args) from None
         store = self.open_state(state.uri)
         try:
             snapshot = Snapshot(store, set(opts.host or ()), set(opts.page_type or ()))

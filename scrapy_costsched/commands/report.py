@@ -37,7 +37,7 @@ class Command(StateCommand):
         from scrapy_costsched.report.terminal import render_terminal
 
         if args:
-            raise UsageError(f"unexpected arguments: {' '.join(args)}")
+            raise self.argument_error(f"unexpected arguments: {' '.join(args)}", args)
         if opts.last is not None and opts.last < 1:
             raise UsageError("--last takes a number of periods, 1 or more", print_help=False)
         if opts.html:

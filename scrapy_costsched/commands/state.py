@@ -66,7 +66,7 @@ class Command(StateCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 2 or args[0] not in SUBCOMMANDS:
-            raise UsageError("expected show URL, export FILE or import FILE", print_help=False)
+            raise self.argument_error("expected show URL, export FILE or import FILE", args)
         action, target = args
         if opts.json and action != "show":
             raise UsageError("--json is an option of show", print_help=False)
