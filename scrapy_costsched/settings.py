@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_BUDGET_PERIOD": "1d",
     "COSTSCHED_CLOCK": "time.time",
     "COSTSCHED_COMMIT_EVERY": 50,
+    "COSTSCHED_COMMIT_INTERVAL": "10s",
     "COSTSCHED_CONDITIONAL": True,
     "COSTSCHED_DEFAULT_VALUE": "normal",
     "COSTSCHED_DELIVER_NOT_MODIFIED": False,
@@ -344,6 +345,8 @@ class Config:
     billed_statuses: frozenset[int] = frozenset(range(200, 400))
     log_interval: float = 60.0
     """Seconds between progress lines in the log; 0 for none."""
+    commit_interval: float = 10.0
+    """Seconds of crawling after which an observation commits the batch however small; 0 for none."""
     store_records: bool = False
 
     @property
@@ -418,6 +421,7 @@ class Config:
             max_sizes=_max_sizes(get("COSTSCHED_MAXSIZE")),
             billed_statuses=billed_statuses(get("COSTSCHED_BILLED_STATUSES")),
             log_interval=_interval("COSTSCHED_LOG_INTERVAL", get("COSTSCHED_LOG_INTERVAL")),
+            commit_interval=_interval("COSTSCHED_COMMIT_INTERVAL", get("COSTSCHED_COMMIT_INTERVAL")),
             store_records=get_bool(settings, "COSTSCHED_STORE_RECORDS"),
         )
 

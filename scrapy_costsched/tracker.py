@@ -186,6 +186,7 @@ class Tracker:
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
+        self._committed_at = time.monotonic()
         self.volatile = VolatileFields()
         self._stored_items: dict[int, list[dict[str, Any]]] = {}  # visit token -> its items (COSTSCHED_STORE_RECORDS)
         for handler, signal in (
@@ -486,6 +487,7 @@ class Tracker:
         self._save()
         self.store.commit()
         self._since_commit = 0
+        self._committed_at = time.monotonic()
         self._update_spend_stats()
         self.stats.inc_value("costsched/commits")
         logger.debug("costsched: committed; %d observations in this run",
@@ -1271,7 +1273,8 @@ class Tracker:
             page.no_change_cost += cost
         self.pages.changed(key, page)
         self._since_commit += 1
-        if self._since_commit >= self.config.commit_every:
+        if self._since_commit >= self.config.commit_every or (
+                self.config.commit_interval and time.monotonic() - self._committed_at >= self.config.commit_interval):
             self.commit()
 
     def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None) -> None:

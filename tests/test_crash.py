@@ -239,3 +239,36 @@ def test_the_report_shows_what_killed_runs_drew_and_never_booked(killed_period: 
                            timeout=120, check=True).stdout
     assert f"{killed['unattributed']:g} by runs that never closed" in table
     assert f"{killed['unattributed']:g} by runs that never closed</span>" in html.read_text(encoding="utf-8")
+
+
+def test_a_slow_run_killed_keeps_what_it_saw_before_the_last_commit_interval(tmp_path: Path) -> None:
+    """A crawl at ``scrapy startproject``'s pace makes about a visit a second, so 50 observations (one batch)
+    take most of a minute: a kill lost them all, and the next run paid for those pages again. An observation
+    now commits the batch once ``COSTSCHED_COMMIT_INTERVAL`` has passed since the last commit."""
+    from demo_site.catalog import Catalog
+
+    catalog = Catalog.generate(products=60, categories=2, seed=5, horizon_days=10, new_per_day=0)
+    shop = CountingSite(catalog, tmp_path / "clock")
+    work = tmp_path / "work"
+    try:
+        shop.site.set_time(shop.site.day(1))
+        cmd, env, _, _ = crawl_command(shop.site, work, budget=1000, tag="slow", settings={
+            "DOWNLOAD_DELAY": 0.2, "RANDOMIZE_DOWNLOAD_DELAY": False, "COSTSCHED_COMMIT_INTERVAL": "1s"})
+        shop.notify_at(25)  # robots.txt, the start pages and about 20 products: some 5 s of crawling
+        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert shop.reached.wait(RUN_TIMEOUT), "the crawl never made 25 requests"
+            assert proc.poll() is None, "the crawl ended before it was killed"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        shop.close()
+    copy = copy_state(work / "state.sqlite", tmp_path / "after-kill")
+    page_keys(copy)  # opened as the next crawl opens it: a hot journal is rolled back
+    visited = [page for page in read_state(copy)["pages"].values() if page["visits"]]
+    # With a batch of 50 and no time bound nothing was committed; a second's worth at most is lost now.
+    assert len(visited) >= 10, f"{len(visited)} of the about 24 pages visited survived the kill"
