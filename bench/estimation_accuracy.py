@@ -47,7 +47,7 @@ def run(seed: int, mix: str, days: int, budget: int, products: int, last_modifie
                     raise SystemExit(result.log[-2000:])
             state = read_state(tmp / "work" / "state.sqlite")
         finally:
-            server.shutdown()
+            server.close()
     errors = [abs(math.log(page["estimate"][0] / site.catalog.product(int(page["url"].rsplit("/", 1)[1])).rate))
               for page in state["pages"].values() if page["visits"] >= 5 and page["page_type"] == "product"]
     return {"mix": mix, "last_modified": last_modified, "seed": seed, "days": days, "budget": budget, "pages_visited_5_times": len(errors),

@@ -86,7 +86,7 @@ def run(share: float, days: int, products: int, seed: int) -> dict[str, Any]:
             honour = server.urls[HOSTS.index("honour")].split("//")[1].split(":")[0]
             ratio = _not_modified_share(read_byte_log(byte_log)[0], honour)
         finally:
-            server.shutdown()
+            server.close()
     return {"budget_share": share, "budget_bytes": budget, "days": days, "products": products, "seed": seed,
             "on": on, "off": off, "max_304_over_full_fetch": ratio}
 

@@ -51,6 +51,5 @@ def tiny_shop(tmp_path: Path) -> Iterator[DemoSite]:
     mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
     demo, server = start_site(tmp_path, products=6, categories=1, seed=5, horizon_days=3, new_per_day=0)
     yield demo
-    server.shutdown()
-    server.server_close()
+    server.close()
     mp.undo()

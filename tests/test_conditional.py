@@ -41,7 +41,7 @@ def multi_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoS
     site, server = start_site(tmp, hosts=HOSTS, byte_log=byte_log, products=120, categories=4, seed=11,
                               horizon_days=DAYS + 5)
     yield site, server, byte_log
-    server.shutdown()
+    server.close()
     mp.undo()
 
 
@@ -355,7 +355,7 @@ def test_304s_count_as_visits_where_no_field_changed(tmp_path: Path) -> None:
             not_modified += result.stats.get("costsched/not_modified", 0)
         assert not_modified >= 50
     finally:
-        server.shutdown()
+        server.close()
         mp.undo()
 
 

@@ -37,7 +37,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
     demo, server = start_site(tmp, products=60, categories=3, seed=7, horizon_days=DAYS + 5,
                               rate_buckets=LEARNABLE_RATES)
     yield demo
-    server.shutdown()
+    server.close()
     mp.undo()
 
 
@@ -149,7 +149,7 @@ def small_site(tmp_path: Path) -> Iterator[DemoSite]:
     mp.setenv("DEMO_CLOCK_FILE", str(tmp_path / "clock"))
     demo, server = start_site(tmp_path, products=24, categories=2, seed=3, horizon_days=10, new_per_day=0)
     yield demo
-    server.shutdown()
+    server.close()
     mp.undo()
 
 
@@ -250,8 +250,7 @@ def volatile_history(site: DemoSite, tmp_path_factory: pytest.TempPathFactory) -
         assert result.returncode == 0, result.log[-3000:]
         days.append({"result": result})
     yield {"days": days, "state": read_state(work / "state.sqlite")}
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def test_an_honest_hosts_last_modified_is_trusted_and_dates_changes(history: dict[str, Any]) -> None:
@@ -290,8 +289,7 @@ def test_a_frozen_last_modified_is_caught_at_the_first_change(small_site: DemoSi
             results.append(crawl(frozen, tmp_path, budget=40, tag=f"day{day}"))
             assert results[-1].returncode == 0, results[-1].log[-3000:]
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     changed = sum(r.stats.get("costsched/changed", 0) for r in results)
     contradicted = sum(r.stats.get("costsched/last_modified/contradicts", 0) for r in results)
     assert changed > 0

@@ -304,8 +304,7 @@ def test_server_serves_the_catalog_at_the_clock_time(
         assert _get(f"{url}/product/{product.id}", {"If-None-Match": etag})[0] == 200
         assert _get(f"{url}/product/{product.id}", {"If-Modified-Since": last_modified})[0] == 200
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_server_module_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -382,8 +381,7 @@ def test_server_last_modified_modes(catalog: Catalog, tmp_path: Path, monkeypatc
         expected = {"honest": catalog.last_modified(product, t), "volatile": t, "frozen": catalog.start}[mode]
         assert headers["Last-Modified"] == formatdate(expected, usegmt=True)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     with pytest.raises(ValueError, match="last_modified must be one of"):
         serve_in_thread(catalog, last_modified="sometimes")
 
@@ -403,8 +401,7 @@ def multi_site(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     try:
         yield MultiSite(catalog, site, url, clock_file, log)
     finally:
-        site.shutdown()
-        site.server_close()
+        site.close()
 
 
 class MultiSite:
@@ -723,8 +720,7 @@ def throttled(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         yield started
     finally:
         if started.site is not None:
-            started.site.shutdown()
-            started.site.server_close()
+            started.site.close()
 
 
 class ThrottledSite:

@@ -217,7 +217,7 @@ def shop_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         runs["throttled_host"] = urlparse(server.urls[THROTTLED]).hostname
         yield runs
     finally:
-        server.shutdown()
+        server.close()
         mp.undo()
 
 

@@ -62,7 +62,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         runs.append(result)
     site.set_time(site.day(len(BUDGETS) - 1, hour=12))
     yield History(site, state, runs)
-    server.shutdown()
+    server.close()
     mp.undo()
 
 

@@ -89,7 +89,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             assert result.returncode == 0, result.log[-3000:]
             stats.append(result.stats)
     finally:
-        server.shutdown()
+        server.close()
         mp.undo()
     report = report_of(state, site.day(DAYS))
     page = tmp / "report.html"

@@ -674,6 +674,11 @@ class SiteServer:
         for server in self.servers:
             server.server_close()
 
+    def close(self) -> None:
+        """Stop serving and release every host's socket."""
+        self.shutdown()
+        self.server_close()
+
     def describe(self) -> str:
         """``mode=URL`` for every host, space-separated (what ``python -m demo_site`` prints)."""
         return " ".join(
