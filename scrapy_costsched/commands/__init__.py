@@ -106,6 +106,7 @@ class StateCommand(ScrapyCommand):
                                  "project has a single spider)")
 
     def spider_loader(self) -> SpiderLoaderProtocol:
+        """The project's spiders, loaded as ``scrapy crawl`` loads them."""
         assert self.settings is not None
         loader: SpiderLoaderProtocol = load_object(self.settings["SPIDER_LOADER_CLASS"]).from_settings(
             self.settings.frozencopy())
