@@ -164,10 +164,11 @@ def page_keys(state: Path) -> set[str]:
         store.close()
 
 
-def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extra_delay: float) -> tuple[bool, str]:
+def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extra_delay: float, *,
+                 budget: float = BUDGET, settings: dict[str, Any] | None = None) -> tuple[bool, str]:
     """Start a budgeted crawl and SIGKILL it at the drawn point, unless it ended first: (killed, its log)."""
-    cmd, env, _, _ = crawl_command(shop.site, work, budget=BUDGET, settings={"CONCURRENT_REQUESTS": CONCURRENT},
-                                   tag=tag)
+    cmd, env, _, _ = crawl_command(shop.site, work, budget=budget,
+                                   settings={"CONCURRENT_REQUESTS": CONCURRENT, **(settings or {})}, tag=tag)
     log = work / f"{tag}.log"
     shop.notify_at(shop.received + kill_after)
     with log.open("w") as stderr:
@@ -252,19 +253,10 @@ def test_a_slow_run_killed_keeps_what_it_saw_before_the_last_commit_interval(tmp
     work = tmp_path / "work"
     try:
         shop.site.set_time(shop.site.day(1))
-        cmd, env, _, _ = crawl_command(shop.site, work, budget=1000, tag="slow", settings={
+        # robots.txt, the start pages and about 20 products: some 5 s of crawling
+        killed, log = run_and_kill(shop, work, "slow", 25, 0.0, budget=1000, settings={
             "DOWNLOAD_DELAY": 0.2, "RANDOMIZE_DOWNLOAD_DELAY": False, "COSTSCHED_COMMIT_INTERVAL": "1s"})
-        shop.notify_at(25)  # robots.txt, the start pages and about 20 products: some 5 s of crawling
-        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            assert shop.reached.wait(RUN_TIMEOUT), "the crawl never made 25 requests"
-            assert proc.poll() is None, "the crawl ended before it was killed"
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=RUN_TIMEOUT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        assert killed, "the crawl ended before it was killed: " + log[-3000:]
     finally:
         shop.close()
     copy = copy_state(work / "state.sqlite", tmp_path / "after-kill")
