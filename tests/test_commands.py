@@ -124,7 +124,6 @@ def test_the_default_state_is_one_file_any_system_can_name(tmp_path: Path, monke
     assert default_state(spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
 
 
-
 @pytest.mark.parametrize(("args", "message"), [
     (("costsched-report", "shop"), "unexpected arguments: shop"),
     (("costsched-export", "shop"), "cannot tell the format of 'shop' from its extension"),
