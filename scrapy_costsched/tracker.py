@@ -26,7 +26,7 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
 from scrapy_costsched.billing import BILLS_EXPLICIT_PRICES, BillingModel
-from scrapy_costsched.commands import default_state
+from scrapy_costsched.commands import spider_state
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
 from scrapy_costsched.health import Health
@@ -243,7 +243,7 @@ class Tracker:
         if self.store is not None:
             return
         started = time.perf_counter()
-        state = self.config.state or default_state(self.spider.name, createdir=True)
+        state = spider_state(self.config.state, self.spider.name, createdir=True)
         store = storage_from_uri(state)
         new = not Path(state.removeprefix("sqlite:///")).exists()
         store.open()
@@ -312,7 +312,7 @@ class Tracker:
             raise StateError(
                 f"The costsched state {state!r} holds the pages of the spider {owner!r}, not of {self.spider.name!r}: "
                 "give each spider its own state (leave COSTSCHED_STATE unset for .scrapy/costsched/<spider>.sqlite, "
-                "or set it in each spider's custom_settings); for a renamed spider, export the state with "
+                "put %(name)s in its path, or set it in each spider's custom_settings); for a renamed spider, export the state with "
                 "`scrapy costsched-state export`, change its \"spider\" row to the new name and import it."
             )
 

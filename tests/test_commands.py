@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_costsched.commands import default_state
+from scrapy_costsched.commands import spider_state
 from tests.helpers import ROOT
 
 if TYPE_CHECKING:
@@ -114,14 +114,17 @@ def test_debug_commands_neither_spend_nor_record(project: Path, edge_site: EdgeS
     ("shop/eu", "shop_eu.sqlite"),
     ('a\\b*?"<>|', "a_b______.sqlite"),
 ])
-def test_the_default_state_is_one_file_any_system_can_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           spider: str, file_name: str) -> None:
+def test_a_spiders_state_is_one_file_any_system_can_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         spider: str, file_name: str) -> None:
     """A spider's name may hold what a file name cannot on Windows (``shop:eu``), or a slash that would
-    make a directory: the default state is one file in the project's data directory all the same."""
+    make a directory: the default state is one file in the project's data directory all the same, and
+    so is a ``COSTSCHED_STATE`` that puts the name in its path with ``%(name)s``."""
     (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = shopproj.settings\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
-    assert default_state(spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
+    assert spider_state(None, spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
+    assert spider_state("sqlite:////var/crawls/%(name)s.sqlite", spider) == f"sqlite:////var/crawls/{file_name}"
+    assert spider_state("/var/crawls/all.sqlite", spider) == "/var/crawls/all.sqlite"
 
 
 @pytest.mark.parametrize(("args", "message"), [

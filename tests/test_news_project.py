@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import read_state
-from tests.newssite import NEWS_PROJECT, NewsSite, news_command, run_news
+from tests.newssite import NEWS_PROJECT, NewsSite, news_command, news_env, run_news
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -219,6 +219,31 @@ def test_a_state_belongs_to_one_spider(site: NewsSite, tmp_path: Path) -> None:
     again = run_news(site, tmp_path / "crawl", budget=20, tag="news-day1")
     assert again.returncode == 0, again.log[-3000:]
     assert "costsched: continuing state" in again.log
+
+
+def test_a_state_path_with_the_spiders_name_gives_each_spider_a_file_of_its_own(site: NewsSite, tmp_path: Path) -> None:
+    """``COSTSCHED_STATE = "/var/crawls/%(name)s.sqlite"`` in settings.py (``%(name)s`` as in a ``FEEDS`` URI):
+    every spider of the project crawls with a state of its own, and the commands find a spider's state by
+    its name."""
+    site.set_day(0)
+    states = tmp_path / "states"
+    per_spider = {"COSTSCHED_STATE": str(states / "%(name)s.sqlite")}
+    for spider in ("news", "news_rules"):
+        result = run_news(site, tmp_path / "crawl", settings=per_spider, spider=spider, tag=spider)
+        assert result.returncode == 0, result.log[-3000:]
+        assert f"costsched: new state {states / spider}.sqlite;" in result.log, result.log[-3000:]
+        assert result.stats["costsched/visits"] > 0
+    assert sorted(path.name for path in states.iterdir() if path.suffix == ".sqlite") == ["news.sqlite",
+                                                                                         "news_rules.sqlite"]
+    report = [sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={states / '%(name)s.sqlite'}"]
+    named = subprocess.run([*report, "--spider", "news_rules"], cwd=NEWS_PROJECT, env=news_env(site),
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert named.returncode == 0, named.stderr[-3000:]
+    assert named.stdout.startswith(f"costsched report for {states / 'news_rules.sqlite'}\n"), named.stdout[:500]
+    unnamed = subprocess.run(report, cwd=NEWS_PROJECT, env=news_env(site), capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert unnamed.returncode != 0
+    assert unnamed.stderr.strip().splitlines()[-1].endswith("name the spider (--spider NAME) or the state (--state PATH)")
 
 
 def test_components_without_the_scheduler_say_that_nothing_is_recorded(site: NewsSite, tmp_path: Path) -> None:

@@ -79,6 +79,8 @@ def test_durations(value: object, seconds: float) -> None:
     ("COSTSCHED_COMMIT_EVERY", 0, "COSTSCHED_COMMIT_EVERY"),
     ("COSTSCHED_COMMIT_INTERVAL", "often", "COSTSCHED_COMMIT_INTERVAL"),
     ("COSTSCHED_STATE", "redis://localhost", "COSTSCHED_STATE"),
+    ("COSTSCHED_STATE", "/var/crawls/%(name)s-%(time)s.sqlite",
+     r"COSTSCHED_STATE .* is invalid: it must be a path whose only placeholder is %\(name\)s, .*\(not %\(time\)s\)"),
     ("COSTSCHED_BILLED_STATUSES", ["2xx"], "COSTSCHED_BILLED_STATUSES"),
     ("COSTSCHED_BILLED_STATUSES", ["399-200"], "COSTSCHED_BILLED_STATUSES"),
     ("COSTSCHED_BILLED_STATUSES", {"a": 1}, "COSTSCHED_BILLED_STATUSES"),

@@ -17,7 +17,7 @@ from scrapy.exceptions import NotConfigured, UsageError
 from scrapy.utils.misc import load_object
 from scrapy.utils.project import data_path
 
-from scrapy_costsched.settings import Config, SettingError
+from scrapy_costsched.settings import STATE_PLACEHOLDER, Config, SettingError
 from scrapy_costsched.storage import StateError, storage_from_uri
 
 if TYPE_CHECKING:
@@ -43,15 +43,28 @@ def default_state(spider_name: str, createdir: bool = False) -> str:
     The file is named after the spider, with ``_`` for what no file name may hold on some system
     (a spider ``shop:eu`` or ``shop/eu`` keeps ``shop_eu.sqlite``).
     """
-    file_name = f"{_UNSAFE_IN_FILE_NAMES.sub('_', spider_name)}.sqlite"
+    file_name = f"{_file_safe(spider_name)}.sqlite"
     try:
         return str(Path(data_path("costsched", createdir=createdir)) / file_name)
     except NotConfigured:
         raise StateError(
             f"COSTSCHED_STATE is not set, and outside the project's directory ({Path.cwd()} has no scrapy.cfg "
-            f"above it) Scrapy cannot say where the project's data directory is: set COSTSCHED_STATE to the "
-            f"state's path (such as /var/lib/crawls/{spider_name}.sqlite), or run scrapy from the project's "
-            f"directory.") from None
+            "above it) Scrapy cannot say where the project's data directory is: set COSTSCHED_STATE to the "
+            "state's path (such as /var/lib/crawls/%(name)s.sqlite, a file per spider), or run scrapy from the "
+            "project's directory.") from None
+
+
+def spider_state(setting: str | None, spider_name: str, createdir: bool = False) -> str:
+    """The state a crawl of *spider_name* opens: *setting* (``COSTSCHED_STATE``) with ``%(name)s`` made the
+    spider's name, as a ``FEEDS`` URI makes it, so one setting in ``settings.py`` gives every spider of a
+    project a file of its own; unset, :func:`default_state`."""
+    if setting is None:
+        return default_state(spider_name, createdir)
+    return STATE_PLACEHOLDER.sub(lambda _: _file_safe(spider_name), setting)
+
+
+def _file_safe(spider_name: str) -> str:
+    return _UNSAFE_IN_FILE_NAMES.sub("_", spider_name)
 
 
 @dataclass
@@ -144,15 +157,16 @@ class StateCommand(ScrapyCommand):
             config = Config.from_settings(settings)
         except SettingError as exc:
             raise UsageError(str(exc), print_help=False) from None
-        state = opts.state or config.state
-        if not state:
-            if name is None:
-                raise UsageError("name the spider (--spider NAME) or the state (--state PATH)", print_help=False)
-            try:
-                state = default_state(name)
-            except StateError as exc:
-                raise UsageError(str(exc), print_help=False) from None
-        return Target(state, config, settings)
+        if opts.state:
+            return Target(opts.state, config, settings)
+        if name is None:
+            if config.state is not None and not STATE_PLACEHOLDER.search(config.state):
+                return Target(config.state, config, settings)
+            raise UsageError("name the spider (--spider NAME) or the state (--state PATH)", print_help=False)
+        try:
+            return Target(spider_state(config.state, name), config, settings)
+        except StateError as exc:
+            raise UsageError(str(exc), print_help=False) from None
 
     def open_state(self, state: str, read_only: bool = True) -> StateStorage:
         """The opened store; a ``StateError`` (missing, foreign, in use) becomes the command's one-line error."""
