@@ -67,6 +67,9 @@ class StateStorage(Protocol):
 
     #: Whether ``open`` found an empty state (nothing to lose) and initialised it as new: the caller says so.
     found_empty: bool
+    #: Whether ``open`` found a state its last writer did not close (killed or crashed mid-run), which it
+    #: checked in full and continues from its last commit: the caller says so.
+    found_unclosed: bool
 
     def open(self) -> None: ...
 
@@ -156,6 +159,9 @@ class SqliteDictStorage:
         #: it as a new state. It says nothing itself: a crawl says so once its spider is open, where Scrapy
         #: 2.14 and later count ``log_count/WARNING``.
         self.found_empty = False
+        #: Whether ``open`` found a state not as a clean close left it (:meth:`_closed_cleanly`): its last
+        #: writer was killed or crashed (or the file is a copy), so it was checked in full.
+        self.found_unclosed = False
         self._lock: IO[str] | None = None
         self._db: SqliteDict | None = None
         self._pending: dict[str, str] = {}  # encoded rows not handed to sqlitedict yet, by key
@@ -187,6 +193,7 @@ class SqliteDictStorage:
             exists = self.path.exists()
             fresh = not exists or self.path.stat().st_size == 0
             self.found_empty = exists and fresh  # nothing to lose
+            self.found_unclosed = not fresh and not self._closed_cleanly()
             version = SCHEMA_VERSION if fresh else self._check_existing()
             self._stamp("")  # written to from here on: a crash leaves no stamp, so the next open checks
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,

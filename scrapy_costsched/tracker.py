@@ -272,6 +272,10 @@ class Tracker:
         else:
             mode = f"budget {amount(budget, self.billing.unit)} per period, {self.ledger.left()}"
         logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
+        if store.found_unclosed:
+            logger.info("costsched: the state was not closed by the run that last wrote it (killed or crashed, or the "
+                        "file is a copy): checked in full, it continues from that run's last commit, and what that "
+                        "run drew from the budget counts as spent")
         if carried is not None:
             self._log_carried(carried)
 

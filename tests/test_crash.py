@@ -205,6 +205,21 @@ def test_every_kill_leaves_a_state_that_opens_with_every_known_page(killed_perio
     assert killed_period["known"] <= set(read_state(killed_period["state"])["pages"])
 
 
+def test_a_run_after_a_kill_says_the_state_was_not_closed(killed_period: dict[str, Any]) -> None:
+    """An operator who did not see the kill (an OOM, a container stopped) reads it at the next start; a run
+    after one that closed (the seed run, or a round that ended before its kill point) says nothing of it."""
+    rounds = killed_period["rounds"]
+    # Each run's predecessor: closed, killed mid-run, or killed while closing (after its last line: either way).
+    previous = [True] + [None if r["killed"] and "costsched: run finished" in r["log"] else not r["killed"]
+                         for r in rounds]
+    logs = [r["log"] for r in rounds] + [killed_period["final"].log]
+    said = ["costsched: the state was not closed by the run that last wrote it (killed or crashed" in log
+            for log in logs]
+    assert [not closed for closed in previous if closed is not None] == [
+        told for told, closed in zip(said, previous, strict=True) if closed is not None]
+    assert any(closed is False for closed in previous)
+
+
 def test_the_period_stays_within_budget_and_the_requests_in_flight(killed_period: dict[str, Any]) -> None:
     limit = BUDGET + CONCURRENT
     received = [r["received"] for r in killed_period["rounds"]] + [killed_period["received"]]
