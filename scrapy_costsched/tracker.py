@@ -316,8 +316,9 @@ class Tracker:
             raise StateError(
                 f"The costsched state {state!r} holds the pages of the spider {owner!r}, not of {self.spider.name!r}: "
                 "give each spider its own state (leave COSTSCHED_STATE unset for .scrapy/costsched/<spider>.sqlite, "
-                "put %(name)s in its path, or set it in each spider's custom_settings); for a renamed spider, export the state with "
-                "`scrapy costsched-state export`, change its \"spider\" row to the new name and import it."
+                "put %(name)s in its path, or set it in each spider's custom_settings); for a renamed spider, export "
+                "the state with `scrapy costsched-state export`, change its \"spider\" row to the new name and import "
+                "it."
             )
 
     def _check_fingerprinter(self, store: StateStorage, state: str) -> None:
