@@ -235,7 +235,8 @@ def test_a_state_path_with_the_spiders_name_gives_each_spider_a_file_of_its_own(
         assert result.stats["costsched/visits"] > 0
     assert sorted(path.name for path in states.iterdir() if path.suffix == ".sqlite") == ["news.sqlite",
                                                                                          "news_rules.sqlite"]
-    report = [sys.executable, "-m", "scrapy", "costsched-report", "-s", f"COSTSCHED_STATE={states / '%(name)s.sqlite'}"]
+    report = [sys.executable, "-m", "scrapy", "costsched-report", "-s",
+              f"COSTSCHED_STATE={per_spider['COSTSCHED_STATE']}"]
     named = subprocess.run([*report, "--spider", "news_rules"], cwd=NEWS_PROJECT, env=news_env(site),
                            capture_output=True, text=True, timeout=120, check=False)
     assert named.returncode == 0, named.stderr[-3000:]
@@ -243,7 +244,8 @@ def test_a_state_path_with_the_spiders_name_gives_each_spider_a_file_of_its_own(
     unnamed = subprocess.run(report, cwd=NEWS_PROJECT, env=news_env(site), capture_output=True, text=True,
                              timeout=120, check=False)
     assert unnamed.returncode != 0
-    assert unnamed.stderr.strip().splitlines()[-1].endswith("name the spider (--spider NAME) or the state (--state PATH)")
+    last_line = unnamed.stderr.strip().splitlines()[-1]
+    assert last_line.endswith("name the spider (--spider NAME) or the state (--state PATH)")
 
 
 def test_components_without_the_scheduler_say_that_nothing_is_recorded(site: NewsSite, tmp_path: Path) -> None:
