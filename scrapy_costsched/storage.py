@@ -182,7 +182,7 @@ class SqliteDictStorage:
             if not self.path.exists() or self.path.stat().st_size == 0:
                 raise StateError(f"There is no costsched state at {str(self.path)!r}: run a crawl first, "
                                  "or name the state with --state or COSTSCHED_STATE.")
-            if self._check_existing() < SCHEMA_VERSION:
+            if self._check_existing(thorough=not self._closed_cleanly()) < SCHEMA_VERSION:
                 raise StateError(f"The costsched state {str(self.path)!r} is of an older schema; run a crawl "
                                  "with it once to upgrade it.")
             self._reader()
@@ -194,7 +194,7 @@ class SqliteDictStorage:
             fresh = not exists or self.path.stat().st_size == 0
             self.found_empty = exists and fresh  # nothing to lose
             self.found_unclosed = not fresh and not self._closed_cleanly()
-            version = SCHEMA_VERSION if fresh else self._check_existing()
+            version = SCHEMA_VERSION if fresh else self._check_existing(thorough=self.found_unclosed)
             self._stamp("")  # written to from here on: a crash leaves no stamp, so the next open checks
             self._db = SqliteDict(str(self.path), tablename=TABLE, encode=_encode, decode=json.loads,
                                   autocommit=False, outer_stack=False)
@@ -269,8 +269,9 @@ class SqliteDictStorage:
             return False
         return bool(stamp) and not self._journal_path.exists() and stamp == self._file_stamp()
 
-    def _check_existing(self) -> int:
-        """Refuse anything that is not ours, or is damaged, before sqlitedict writes to it; the schema version.
+    def _check_existing(self, thorough: bool) -> int:
+        """Refuse anything that is not ours, or is damaged (*thorough*: checked page by page, for a file no
+        clean close left as it is), before sqlitedict writes to it; the schema version.
 
         The file is read through a read-only connection, so a refused file is left as it was.
         A read-only connection cannot roll back a hot journal, the one a writer killed
@@ -281,7 +282,7 @@ class SqliteDictStorage:
         kept = "it was left untouched"
         try:
             try:
-                row, damage = self._inspect(thorough=not self._closed_cleanly())
+                row, damage = self._inspect(thorough=thorough)
             except sqlite3.OperationalError:
                 if not self._roll_back_journal():
                     raise
