@@ -20,6 +20,7 @@ from scrapy_costsched.model.trust import CONTRADICTS, audit_date
 from scrapy_costsched.model.validators import audit_etag
 from scrapy_costsched.pages import PageState, Summary
 from scrapy_costsched.records import record_hash
+from scrapy_costsched.volatility import changed_fields
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DAY = 86400.0
+
+
+def _fields_changed(fields: list[str]) -> str:
+    """The changed fields as a message names them (``, whose fields 'a' and 'b' changed``), or nothing."""
+    if not fields:
+        return ""
+    names = ", ".join(map(repr, fields[:-1])) + f" and {fields[-1]!r}" if len(fields) > 1 else repr(fields[0])
+    return f", whose field{'s' if len(fields) > 1 else ''} {names} changed"
 
 
 def _say_if_volatile(header: str, stat: str, page: PageState, was: str, now: str) -> None:
@@ -123,10 +132,15 @@ class Learner:
             verdict = audit_etag(host.etag, page.etag, visit.etag, changed)
             self.stats.inc_value(f"costsched/etag/{verdict}")
             if verdict == CONTRADICTS and believed:
-                # Said when trust ends: a host whose ETag never moves contradicts at every changed page.
-                logger.warning("costsched: %s sent the same ETag for a changed record (%s): its ETags are not "
-                               "trusted for a while (costsched/etag/contradicts counts each such answer)",
-                               page.host, page.url)
+                # Said when trust ends: a host whose ETag never moves contradicts at every changed page. So does a
+                # field the spider's code fills at each visit, which the fields that changed show.
+                fields = changed_fields(page.field_hashes, visit.field_hashes)
+                logger.warning("costsched: %s sent the same ETag for a changed record (%s%s): its ETags are not "
+                               "trusted for a while (costsched/etag/contradicts counts each such answer)%s",
+                               page.host, page.url, _fields_changed(fields),
+                               f"; if {'that field' if len(fields) == 1 else 'one of those fields'} is filled by your "
+                               "code at each visit (a time, a token), the server is right: leave it out with "
+                               "COSTSCHED_IGNORE_FIELDS" if fields else "")
             else:
                 _say_if_volatile("ETag", "etag", page, was, host.etag.verdict)
         if visit.canary:

@@ -37,7 +37,7 @@ from scrapy_costsched.ledger import Basis, Carried, Ledger, amount
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
-from scrapy_costsched.model.validators import verify_every
+from scrapy_costsched.model.validators import validator_stayed, verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import (
     MeanBytes,
@@ -1252,9 +1252,11 @@ class Tracker:
                 self.learner.not_modified(page, visit)
                 self.stats.inc_value("costsched/unchanged")
                 # Every field as it was: with 304s, only changed pages come back in full, and counting
-                # those alone would call every field volatile.
-                visit.field_hashes = page.field_hashes
-                self._check_fields(key, page, visit, page.field_hashes)
+                # those alone would call every field volatile. Fields hashed under another configuration
+                # are not this run's (a field since left out of the hash would be named again).
+                if page.hash_config == self.hasher.config_id:
+                    visit.field_hashes = page.field_hashes
+                    self._check_fields(key, page, visit, page.field_hashes)
             elif not visit.item_hashes and page.record_kind == "items":
                 # Items used to come from this page and none did now: broken extraction or a
                 # vanished page, not a change.
@@ -1268,11 +1270,14 @@ class Tracker:
                     logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
             else:
                 previous_fields = page.field_hashes
+                vouched = not visit.redirected and validator_stayed(page.etag, visit.etag, page.last_modified,
+                                                                    visit.last_modified)
                 outcome = self.learner.record(page, visit)
                 page.items = stored_items  # replaced by full visits only: a 304 confirms the stored items
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
-                self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None)
+                self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None,
+                                   vouched)
         cost = self.accounts.observed(key, page.host, page.page_type, outcome)
         if outcome in NO_CHANGE:
             page.no_change_cost += cost
@@ -1282,13 +1287,15 @@ class Tracker:
                 self.config.commit_interval and time.monotonic() - self._committed_at >= self.config.commit_interval):
             self.commit()
 
-    def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None) -> None:
-        """Compare the item's fields with the last visit's, for the volatile-field verdict (:meth:`_warn_volatile`)."""
+    def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None,
+                      vouched: bool = False) -> None:
+        """Compare the item's fields with the last visit's, for the volatile-field verdict (:meth:`_warn_volatile`);
+        *vouched* if the answer carried the last visit's validator."""
         current = visit.field_hashes
         if current is None:  # no item, or several: fields cannot be paired across visits
             page.field_hashes = None
             return
-        self.volatile.observe(page.page_type, key, previous, current)
+        self.volatile.observe(page.page_type, key, previous, current, vouched)
         page.field_hashes = current if self.volatile.sampled(page.page_type, key) else None
 
     def _warn_volatile(self) -> None:
@@ -1300,7 +1307,7 @@ class Tracker:
             # budget the pages revisited are those that change most): the user can, so both readings are given.
             logger.warning(
                 "costsched: item field %r changes on nearly every visit of %r pages (%d of %d sampled pages "
-                "compared at least %d times). If it is a timestamp or a token, every visit counts as a change and "
+                "compared at least %d times, or once while the page's ETag or Last-Modified stayed). If it is a timestamp or a token, every visit counts as a change and "
                 "the change rates are overestimated: leave it out of the record with COSTSCHED_IGNORE_FIELDS = "
                 "[%r] (or list the fields that matter in COSTSCHED_HASH_FIELDS). If it is content that really "
                 "changes that often, keep it.", name, page_type, volatile, counted, MIN_COMPARISONS, name)

@@ -13,6 +13,16 @@ on at least :data:`NEARLY_EVERY` of them. The field is volatile for the page
 type once at least :data:`MIN_PAGES` pages count and at least :data:`MOST_PAGES`
 of those are volatile.
 
+A comparison whose answer carried the page's previous ETag (or, without ETags,
+its Last-Modified date) is *vouched*: the server says the page is as it was, so
+a field that changed came from somewhere else, the spider's code or the clock.
+One vouched comparison lets a page count, whatever its change rate, so a
+timestamp is named after the first revisit of pages rather than the second
+(found trying the add-on on a recipe site that sends ETags). A host whose ETag
+never moves vouches for every answer; its pages' content fields still change on
+only some of them, which the page and type shares above keep apart from a
+timestamp that changes on all of them.
+
 Memory is bounded: the first :data:`MAX_PAGES` pages of a type observed are the
 sample, each with at most :data:`MAX_FIELDS` fields, and only sampled pages need
 to keep their field hashes for the next visit (:meth:`VolatileFields.sampled`).
@@ -58,14 +68,17 @@ MAX_PAGES = 200
 #: Fields followed per page; more is a spider with generated field names, not a record.
 MAX_FIELDS = 64
 
-_CHANGED, _SAME = "1", "0"
+#: A page's comparisons of a field, as stored: the field stayed or changed, and the same while the page's
+#: validator vouched the page was as it was.
+_SAME, _CHANGED, _SAME_VOUCHED, _CHANGED_VOUCHED = "0", "1", "2", "3"
+_OUTCOMES = frozenset((_SAME, _CHANGED, _SAME_VOUCHED, _CHANGED_VOUCHED))
 
 
 class VolatileFields:
     """Fields of single-item pages that change on nearly every visit, per page type."""
 
     def __init__(self) -> None:
-        #: page type -> page key -> field -> the last comparisons, oldest first ("1" changed, "0" same).
+        #: page type -> page key -> field -> the last comparisons, oldest first (see :data:`_SAME`).
         self._history: dict[str, dict[str, dict[str, str]]] = {}
         #: page type -> field -> [pages that count, of those the volatile ones]; derived from ``_history``.
         self._tally: dict[str, dict[str, list[int]]] = {}
@@ -76,15 +89,16 @@ class VolatileFields:
         self.unsaved = False
 
     def observe(self, page_type: str, page_key: str, previous: dict[str, str] | None,
-                current: dict[str, str]) -> None:
-        """Compare a page's field hashes with its last visit's."""
+                current: dict[str, str], vouched: bool = False) -> None:
+        """Compare a page's field hashes with its last visit's; *vouched* if the answer carried the last visit's
+        validator (:func:`~.model.validators.validator_stayed`)."""
         pages = self._history.setdefault(page_type, {})
         fields = pages.get(page_key)
         if fields is None and len(pages) < MAX_PAGES:
             fields = pages[page_key] = {}
             self.unsaved = True
         if fields is not None and previous is not None:
-            self._compare(page_type, fields, previous, current)
+            self._compare(page_type, fields, previous, current, vouched)
         self._seen.setdefault(page_type, set()).update(current)
 
     def report(self) -> list[tuple[str, str]]:
@@ -129,17 +143,18 @@ class VolatileFields:
             for key, saved in [(key, saved) for key, saved in pages.items() if isinstance(saved, dict)][:MAX_PAGES]:
                 fields = sample.setdefault(str(key), {})
                 for name, history in list(saved.items())[:MAX_FIELDS]:
-                    if isinstance(history, str) and history and set(history) <= {_CHANGED, _SAME}:
+                    if isinstance(history, str) and history and set(history) <= _OUTCOMES:
                         self._set(str(page_type), fields, str(name), history[-WINDOW:])
         self.unsaved = False
         return self
 
     def _compare(self, page_type: str, fields: dict[str, str], previous: dict[str, str],
-                 current: dict[str, str]) -> None:
+                 current: dict[str, str], vouched: bool) -> None:
         """Add one comparison to each field of a sampled page that both records have."""
+        same, changed = (_SAME_VOUCHED, _CHANGED_VOUCHED) if vouched else (_SAME, _CHANGED)
         for name, value in current.items():
             if name in previous and (name in fields or len(fields) < MAX_FIELDS):
-                outcome = _SAME if previous[name] == value else _CHANGED
+                outcome = same if previous[name] == value else changed
                 self._set(page_type, fields, name, (fields.get(name, "") + outcome)[-WINDOW:])
 
     def _set(self, page_type: str, fields: dict[str, str], name: str, history: str) -> None:
@@ -157,8 +172,20 @@ class VolatileFields:
         return counted >= MIN_PAGES and volatile >= MOST_PAGES * counted
 
 
+def changed_fields(previous: dict[str, str] | None, current: dict[str, str] | None) -> list[str]:
+    """The fields two records of a page both have and that changed between them, sorted (none if either is unknown).
+
+    >>> changed_fields({"price": "a", "at": "b"}, {"price": "a", "at": "c", "new": "d"}), changed_fields(None, {})
+    (['at'], [])
+    """
+    if previous is None or current is None:
+        return []
+    return sorted(name for name, value in current.items() if name in previous and previous[name] != value)
+
+
 def _verdict(history: str) -> int | None:
     """1 if a page with these comparisons is volatile for the field, 0 if not, ``None`` before it counts."""
-    if len(history) < MIN_COMPARISONS:
+    if len(history) < MIN_COMPARISONS and _SAME_VOUCHED not in history and _CHANGED_VOUCHED not in history:
         return None
-    return int(history.count(_CHANGED) >= NEARLY_EVERY * len(history))
+    changed = history.count(_CHANGED) + history.count(_CHANGED_VOUCHED)
+    return int(changed >= NEARLY_EVERY * len(history))

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DropItem
-from scrapy.http import HtmlResponse
+from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
 
 from scrapy_costsched.pipelines import ChangeDetectionPipeline
 from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
 from scrapy_costsched.tracker import Tracker
+from scrapy_costsched.visits import PAGE_META, VALIDATORS_META
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,6 +88,11 @@ class Run:
                 self.crawler.signals.send_catch_log(signals.item_scraped, item=output, response=response,
                                                     spider=self.crawler.spider)
         return kept
+
+    def not_modified(self, url: str, headers: dict[str, str] | None = None) -> None:
+        """Answer a conditional request for *url* with a 304 (sent with *headers*)."""
+        request = Request(url, meta={PAGE_META: self.tracker.fingerprint(Request(url)), VALIDATORS_META: {}})
+        self.tracker.not_modified(request, Response(url, status=304, headers=headers, request=request))
 
     def page(self, url: str) -> Any:
         return self.tracker.page(self.tracker.fingerprint(Request(url)))

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from scrapy_costsched.model.trust import AGREES, CONTRADICTS, VOLATILE, SignalTrust
 
 __all__ = ["CANARY_ETAG", "DEFAULT_VERIFY_SHARE", "IGNORED_AFTER", "PROBATION_DAYS", "HostValidators",
-           "NotModifiedTrust", "audit_etag", "verify_every"]
+           "NotModifiedTrust", "audit_etag", "validator_stayed", "verify_every"]
 
 #: Share of a host's conditional visits sent as verifications, unless ``COSTSCHED_VERIFY_SHARE`` says otherwise.
 DEFAULT_VERIFY_SHARE = 0.1
@@ -64,17 +64,35 @@ def verify_every(share: float) -> int:
 def audit_etag(trust: SignalTrust, previous: str, current: str, changed: bool) -> str:
     """Audit a host's ETag with one full response to a page whose previous record carried *previous*.
 
-    ETags are compared weakly (RFC 9110 section 8.8.3.2), as ``If-None-Match`` does.
-
     >>> trust = SignalTrust()
     >>> audit_etag(trust, '"a"', 'W/"a"', False), audit_etag(trust, '"a"', '"b"', True)
     ('agrees', 'agrees')
     >>> audit_etag(trust, '"a"', '"b"', False), audit_etag(trust, '"a"', '"a"', True)
     ('volatile', 'contradicts')
     """
-    same = previous.removeprefix("W/") == current.removeprefix("W/")
-    verdict = (CONTRADICTS if changed else AGREES) if same else AGREES if changed else VOLATILE
+    verdict = (CONTRADICTS if changed else AGREES) if _same_etag(previous, current) else \
+        AGREES if changed else VOLATILE
     return trust.count(verdict)
+
+
+def validator_stayed(previous_etag: str | None, etag: str | None, previous_date: float | None,
+                     date: float | None) -> bool:
+    """Whether a full answer carries the same validator as the page's previous one: the server's word that the
+    page is as it was. The ETag decides when both answers have one, else the Last-Modified date.
+
+    >>> validator_stayed('"a"', 'W/"a"', 1.0, 2.0), validator_stayed(None, '"a"', 5.0, 5.0)
+    (True, True)
+    >>> validator_stayed('"a"', '"b"', 5.0, 5.0), validator_stayed(None, None, None, None)
+    (False, False)
+    """
+    if previous_etag is not None and etag is not None:
+        return _same_etag(previous_etag, etag)
+    return previous_date is not None and previous_date == date
+
+
+def _same_etag(previous: str, current: str) -> bool:
+    """ETags compared weakly (RFC 9110 section 8.8.3.2), as ``If-None-Match`` compares them."""
+    return previous.removeprefix("W/") == current.removeprefix("W/")
 
 
 @dataclass
