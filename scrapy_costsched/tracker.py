@@ -1307,10 +1307,11 @@ class Tracker:
             # budget the pages revisited are those that change most): the user can, so both readings are given.
             logger.warning(
                 "costsched: item field %r changes on nearly every visit of %r pages (%d of %d sampled pages "
-                "compared at least %d times, or once while the page's ETag or Last-Modified stayed). If it is a timestamp or a token, every visit counts as a change and "
-                "the change rates are overestimated: leave it out of the record with COSTSCHED_IGNORE_FIELDS = "
-                "[%r] (or list the fields that matter in COSTSCHED_HASH_FIELDS). If it is content that really "
-                "changes that often, keep it.", name, page_type, volatile, counted, MIN_COMPARISONS, name)
+                "compared at least %d times, or once while the page's ETag or Last-Modified stayed). If it is a "
+                "timestamp or a token, every visit counts as a change and the change rates are overestimated: leave "
+                "it out of the record with COSTSCHED_IGNORE_FIELDS = [%r] (or list the fields that matter in "
+                "COSTSCHED_HASH_FIELDS). If it is content that really changes that often, keep it.",
+                name, page_type, volatile, counted, MIN_COMPARISONS, name)
             self.stats.inc_value("costsched/items/volatile_fields")
 
     def _failed(self, page: PageState, when: float) -> None:
