@@ -55,6 +55,18 @@ def amount(value: float, unit: str, spec: str = "g") -> str:
     return f"{number} {unit.removesuffix('s') if number == '1' else unit}"
 
 
+def per_change(spent: float, changes: int, unit: str) -> str:
+    """What each change found cost, for a log line: " (4.67 requests per change)", "" when none was found.
+
+    >>> per_change(14, 3, "requests"), per_change(119951, 7, "bytes"), per_change(5, 0, "credits")
+    (' (4.67 requests per change)', ' (17136 bytes per change)', '')
+    """
+    if not changes:
+        return ""
+    each = spent / changes
+    return f" ({amount(each, unit, '.0f' if each >= 100 else '.3g')} per change)"
+
+
 def _key(period: int) -> str:
     return f"ledger:{period}"
 

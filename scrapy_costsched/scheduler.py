@@ -22,6 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.threads import deferToThread
 
+from scrapy_costsched.ledger import amount
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
 from scrapy_costsched.tracker import DAY, Tracker
@@ -322,9 +323,11 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         scouted = None if scout is None else self.tracker.page(scout.key)
-        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %.0f kept for discovery%s",
+        unit = self.tracker.billing.unit
+        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %s kept for discovery%s",
                     self.tracker.ledger.left(), self._plan_end, len(self._ranking),
-                    f" and {robots:g} for their hosts' robots.txt" if robots else "", self._discovery_allowance,
+                    f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
+                    amount(self._discovery_allowance, unit, ".0f"),
                     "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
                     "pays for: no other planned page leads to new ones)")
 

@@ -33,7 +33,7 @@ from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
-from scrapy_costsched.ledger import Basis, Carried, Ledger, amount
+from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, per_change
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
@@ -370,7 +370,7 @@ class Tracker:
             "shadow mode" if self.config.budget is None else
             f"{self.ledger.spent:g} of {amount(self.config.budget.amount, unit)} spent this period",
             get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
-            amount(spent, unit), f" ({spent / changed:.2f} per change)" if changed else "")
+            amount(spent, unit), per_change(spent, changed, unit))
 
     def _spider_closed(self, spider: Spider, reason: str) -> Coroutine[Any, Any, None] | None:
         closed = self.close(reason)
@@ -455,7 +455,7 @@ class Tracker:
             self._not_modified_observed(), others, get("costsched/failed", 0) - ignored,
             f"; {ignored} more refused before download (robots.txt, offsite rules or a downloader middleware)"
             if ignored else "",
-            amount(spent, self.billing.unit), f" ({spent / changed:.2f} per change)" if changed else "",
+            amount(spent, self.billing.unit), per_change(spent, changed, self.billing.unit),
             "shadow mode, nothing skipped" if self.config.shadow else
             self.ledger.left(),
             max(period_end - self.now(), 0.0) / 3600.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import sqlite3
 from contextlib import closing
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from scrapy import Request
 
+from scrapy_costsched import ledger
 from scrapy_costsched.accounts import Accounts, stored_periods
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import GRANT_CHUNK_VISITS, Basis, Carried, Ledger
@@ -180,3 +182,11 @@ def test_fractional_reservations_leave_no_remainder_that_refuses_a_visit_which_f
     assert not ledger.affords(left + 0.001)
     assert ledger.spendable() >= left
     store.close()
+
+
+def test_module_doctest() -> None:
+    """Amounts as the log says them, in the billing's unit (found on a byte-billed trial: "446 for their hosts'
+    robots.txt, 114378 kept for discovery" and "17135.86 per change" named no unit)."""
+    result = doctest.testmod(ledger)
+    assert result.attempted >= 2
+    assert result.failed == 0

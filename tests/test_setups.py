@@ -128,7 +128,9 @@ def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_co
     assert first.hits["/robots.txt"] == 1
     assert 0 < robots < 1000
     later = crawls.run(*bandwidth, paths=paths)
-    assert f" and {robots:g} for their hosts' robots.txt" in later.log
+    plan_line = next(line for line in later.log.splitlines() if "ranked known pages" in line)
+    assert f" and {robots:g} bytes for their hosts' robots.txt, " in plan_line
+    assert " bytes kept for discovery" in plan_line
 
 
 def test_a_retry_the_budget_cannot_pay_for_reaches_the_errback(crawls: Crawls) -> None:
