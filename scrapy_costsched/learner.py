@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from scrapy_costsched.model import RatePrior, estimate_rate
+from scrapy_costsched.model import ChangeStats, RatePrior, estimate_rate
 from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.trust import CONTRADICTS, audit_date
@@ -66,6 +66,8 @@ class Learner:
         self.priors = {group: RatePrior(*value) for group, value in (store.get_meta("priors") or {}).items()}
         self.link_priors = {group: LinkPrior(*value) for group, value in (store.get_meta("link_priors") or {}).items()}
         self.observed_groups: set[str] = set()
+        #: Groups whose prior was dropped this run with their pages' histories (:meth:`record`).
+        self.forgotten_groups: set[str] = set()
 
     def prior_of(self, group: str) -> RatePrior:
         return self.priors.get(group) or RatePrior()
@@ -78,8 +80,12 @@ class Learner:
         """The rate planning assumes for a page with no estimate yet: its group prior's median."""
         return self.prior_of(group).median
 
-    def record(self, page: PageState, visit: Visit) -> str:
-        """Compare *visit*'s record with the page's last one and learn from it; returns the outcome."""
+    def record(self, page: PageState, visit: Visit, forget_history: bool = False) -> str:
+        """Compare *visit*'s record with the page's last one and learn from it; returns the outcome.
+
+        *forget_history*: the page's history counted the changes of a field the hash configuration
+        now leaves out (a timestamp named as volatile), so a re-baseline drops it.
+        """
         kind = "items" if visit.item_hashes else "links"
         record = record_hash(visit.item_hashes if visit.item_hashes else visit.outlinks)
         if page.record is None:
@@ -88,6 +94,8 @@ class Learner:
             # Not comparable: another hash configuration, or the answer now comes from another URL than the last
             # one did (a redirect began or ended), whose record and validators are not the page's history.
             outcome = "rebaseline"
+            if forget_history:
+                self._forget(page)
         else:
             changed = record != page.record
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
@@ -112,6 +120,15 @@ class Learner:
         page.last_visit = visit.time
         page.visits += 1
         return outcome
+
+    def _forget(self, page: PageState) -> None:
+        """Drop the page's change history, and its group's prior, fitted to such histories: every visit looked
+        like a change, so the rates were those of the field, and the plan passed the pages over as changing too
+        often to be worth a visit. Both are learned again from the record as it is now hashed."""
+        page.stats, page.estimate, page.changes = ChangeStats(), None, 0
+        self.priors.pop(page.group, None)
+        self.forgotten_groups.add(page.group)
+        self.stats.inc_value("costsched/history_forgotten")
 
     def not_modified(self, page: PageState, visit: Visit) -> None:
         """A 304: the page is unchanged since its last visit; its validators are refreshed when the 304 sent them."""
@@ -195,11 +212,11 @@ class Learner:
         flushed its page cache), so it may run in a worker thread. Returns the number of
         priors refitted.
         """
-        if not self.observed_groups:
+        if not self.observed_groups and not self.forgotten_groups:
             return 0
         if groups is None:
             groups = ((key, Summary.from_row(row).group) for key, row in self.store.iter_summaries())
-        members: dict[str, list[str]] = {group: [] for group in self.observed_groups}
+        members: dict[str, list[str]] = {group: [] for group in self.observed_groups | self.forgotten_groups}
         for key, group in groups:
             if group in members:
                 members[group].append(key)
@@ -216,7 +233,9 @@ class Learner:
                     page = PageState.from_json(stored.get(key))
                 except ValueError:
                     continue  # counted when the crawl read it
-                if page.stats.visits > 0:
+                # A forgotten group's pages not re-baselined yet still hold the histories it dropped.
+                current = group not in self.forgotten_groups or page.hash_config == self.hash_config
+                if page.stats.visits > 0 and current:
                     pages.append((key, page))
             link_prior = pooled_prior(page.links for _, page in pages if page.links is not None)
             if link_prior is not None:
@@ -229,7 +248,7 @@ class Learner:
             for key, page in pages:
                 page.estimate = estimate_rate(page.stats, prior)
                 self.store.put_page(key, page.to_json(), page.summary())
-        if refitted:
+        if refitted or self.forgotten_groups:
             self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
         if self.link_priors:
             self.store.set_meta("link_priors", {name: [p.shape, p.days] for name, p in self.link_priors.items()})

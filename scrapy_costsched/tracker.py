@@ -1272,7 +1272,7 @@ class Tracker:
                 previous_fields = page.field_hashes
                 vouched = not visit.redirected and validator_stayed(page.etag, visit.etag, page.last_modified,
                                                                     visit.last_modified)
-                outcome = self.learner.record(page, visit)
+                outcome = self.learner.record(page, visit, forget_history=self._counted_a_left_out_field(page, visit))
                 page.items = stored_items  # replaced by full visits only: a 304 confirms the stored items
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
@@ -1286,6 +1286,20 @@ class Tracker:
         if self._since_commit >= self.config.commit_every or (
                 self.config.commit_interval and time.monotonic() - self._committed_at >= self.config.commit_interval):
             self.commit()
+
+    def _counted_a_left_out_field(self, page: PageState, visit: Visit) -> bool:
+        """Whether the page's history counted the changes of a field named as volatile for its type that the hash
+        configuration, changed since the page's last record, now leaves out (the user did as the warning said)."""
+        if page.hash_config in (None, self.hasher.config_id) or visit.field_hashes is None:
+            return False
+        left_out = [name for name in self.volatile.volatile(page.page_type) if name not in visit.field_hashes]
+        if left_out:
+            self._log_once(("forgotten", page.page_type),
+                           "costsched: %r pages lose their change history at this re-baseline: it counted the changes "
+                           "of %s, which the record no longer holds, and their rates are learned again "
+                           "(costsched/history_forgotten counts the pages)", page.page_type,
+                           " and ".join(map(repr, left_out)), level=logging.INFO)
+        return bool(left_out)
 
     def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None,
                       vouched: bool = False) -> None:
