@@ -718,6 +718,7 @@ class Tracker:
         tiers: dict[str, float] = {}
         priors: dict[str, float] = {}
         costs: dict[str, _GroupCosts] = {}
+        new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
@@ -750,8 +751,13 @@ class Tracker:
             if strikes:
                 value *= LIVE_AFTER_STRIKE ** strikes
             elapsed = math.inf if last_seen is None else max(now - last_seen, 0.0) / DAY
+            hub = None
+            if links is not None:
+                if group not in new_page_costs:
+                    new_page_costs[group] = self._new_page_cost(group.partition("|")[0])
+                hub = self._hub(Summary._make(row), new_page_costs[group])
             append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_seen is not None else None,
-                             rate_low, rate_high, None if links is None else self._hub(Summary._make(row))))
+                             rate_low, rate_high, hub))
         return result
 
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
@@ -823,8 +829,17 @@ class Tracker:
         profile = self.pages.profile(key)
         return profile.group.partition("|")[0] if profile is not None else None
 
-    def _hub(self, row: Summary) -> Discovery | None:
-        """What a page that links out reveals: its learned new links a day, each priced as a new URL is."""
+    def _new_page_cost(self, host: str) -> float:
+        """What a page of *host* that a hub reveals is expected to cost: its kind is not known before the spider
+        yields it, so a full fetch of the crawl's mean size, as a kind never fetched is planned (:meth:`_group_costs`),
+        not the prior page, which under byte billing held most of a budget for a hub's few small pages."""
+        full = self.hosts.mean_bytes(None, not_modified=False)
+        if full is None:
+            return self._prior_cost()
+        return self.health.priced(host, self.billing.expected_cost(self.billing.attempt_cost(200, round(full))))
+
+    def _hub(self, row: Summary, new_page_cost: float) -> Discovery | None:
+        """What a page that links out reveals: its learned new links a day, each at *new_page_cost*."""
         if row.links is None:
             return None
         try:
@@ -834,7 +849,7 @@ class Tracker:
             return None
         host = row.group.partition("|")[0]
         return Discovery(links.rate(self.learner.link_prior_of(row.group)), self.resolve_value(self.config.default_value),
-                         self._prior_cost(), self.prior_rate(group_of(host, "default")), links.cap)
+                         new_page_cost, self.prior_rate(group_of(host, "default")), links.cap)
 
     # -- the ledger's signals ----------------------------------------------
 

@@ -481,6 +481,44 @@ def test_under_byte_billing_a_page_is_planned_at_its_own_mean_bytes(tmp_path: Pa
     scheduler.close("finished")
 
 
+def test_under_byte_billing_a_hub_holds_what_the_pages_it_reveals_were_measured_to_cost(tmp_path: Path) -> None:
+    """Found in a trial: the new pages a hub reveals were planned at the prior page (64 kB, a quarter of the
+    budget at most), so a front page revealing 2.5 recipes a day of 1.8 kB held 72 kB of a 120 kB budget for
+    them, and the plan took 2 of 139 known pages, leaving the rest to leftover rounds. They are planned at the
+    crawl's mean full fetch, as a kind of page never fetched is."""
+    front, pages = "http://127.0.0.1:9/", [(f"http://127.0.0.1:9/p/{i}", "normal", 1.0, 1.0) for i in range(80)]
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", "120kB", [*pages, (front, "normal", 2.7, 1.0)],
+                                     {"host:127.0.0.1": {"bytes": {"127.0.0.1|p": [1800.0, 200]}}},
+                                     hubs={front: NewLinkStats(links=2.5, days=1.0, most=3)},
+                                     COSTSCHED_BILLING="bandwidth")
+    hub = next(c for c in scheduler.tracker.candidates(fake_now()) if c.hub is not None and c.hub.rate > 1.0)
+    assert hub.hub is not None
+    assert hub.hub.cost == 1800.0
+    # 108 kB after the discovery reserve: the front page, the 1.5 pages it is expected to reveal (its 2.5 a day
+    # shrunk toward the prior), and 57 pages at 1.8 kB.
+    assert hub.hub.rate == 1.5
+    assert scheduler._plan_end == 58
+    scheduler.close("finished")
+
+
+def test_a_plan_of_revalidations_leaves_discovery_what_it_expects_them_not_to_spend(tmp_path: Path) -> None:
+    """Found in a trial: once a host's ETags were trusted, the plan was made to fit at the visits' expected cost
+    (a 304 for most) but subtracted from the budget at their full cost, so it left discovery nothing and that
+    day's three new pages waited behind every known page."""
+    pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 0.05, 1.0) for i in range(100)]
+    host = {"bytes": {"127.0.0.1|p": [2000.0, 40], "127.0.0.1|p|304": [200.0, 40]},
+            "validators": {"etag": [3, 0, 0, 0, 0], "answers": [9, 1, 0, 0, 5, 0, 0.0, ""], "seen": [40, 40, 0]}}
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", "20kB", pages, {"host:127.0.0.1": host},
+                                     COSTSCHED_BILLING="bandwidth")
+    planned = [c for c in scheduler.tracker.candidates(fake_now()) if c.key in scheduler._planned]
+    assert len(planned) == scheduler._plan_end > 18_000 / 2000  # more than full fetches would pay for
+    expected = sum(c.expected_cost for c in planned)
+    assert expected < sum(c.cost for c in planned)
+    assert scheduler._discovery_allowance == pytest.approx(20_000 - expected)
+    assert scheduler._discovery_allowance >= 2_000  # the discovery reserve
+    scheduler.close("finished")
+
+
 def test_templates_a_renamed_callback_broke_are_counted_and_warned_about_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A deploy that renames a callback breaks the stored template of every page it parsed: each planned
