@@ -1231,6 +1231,7 @@ class Tracker:
     def _item_left(self, item: Any, response: Response | None, spider: Spider, **kwargs: Any) -> None:
         visit = self.visits.item_finished(item, response)
         if visit is not None:
+            visit.items_lost += 1
             self._maybe_close(visit)
 
     def output_done(self, visit: Visit, failed: bool = False) -> None:
@@ -1277,12 +1278,18 @@ class Tracker:
                 # vanished page, not a change.
                 outcome = "empty"
                 self.stats.inc_value("costsched/extraction_empty")
+                # Items the spider yielded that the pipelines dropped or failed on are no selector's fault (found
+                # in a trial: a pipeline that raised for every item was taken for one).
+                happened = "yielded no items this time" if not visit.items_lost else \
+                    "had every item it yielded dropped or failed in the item pipelines this time"
+                cause = "A selector that stopped matching" if not visit.items_lost else \
+                    "A pipeline that drops or fails on every item (its errors are logged above)"
                 if not self._log_once(("empty", page.page_type),
-                                      "costsched: %s yielded no items this time (it used to); not counted as a change. "
-                                      "A selector that stopped matching does this to every page of a kind: such pages "
-                                      "are counted in costsched/extraction_empty and listed at DEBUG, this is said "
-                                      "once per page type (%r)", page.url, page.page_type):
-                    logger.debug("costsched: %s yielded no items this time (it used to)", page.url)
+                                      "costsched: %s %s (it used to record items); not counted as a change. %s does "
+                                      "this to every page of a kind: such pages are counted in "
+                                      "costsched/extraction_empty and listed at DEBUG, this is said once per page type "
+                                      "(%r)", page.url, happened, cause, page.page_type):
+                    logger.debug("costsched: %s %s (it used to record items)", page.url, happened)
             else:
                 previous_fields = page.field_hashes
                 vouched = not visit.redirected and validator_stayed(page.etag, visit.etag, page.last_modified,

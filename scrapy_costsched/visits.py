@@ -67,6 +67,8 @@ class Visit:
     item_types: set[str] = field(default_factory=set)
     field_hashes: dict[str, str] | None = None
     """A hash per item field, when the visit yielded exactly one item (to spot volatile fields)."""
+    items_lost: int = 0
+    """Items that left the pipelines dropped or failed, not scraped."""
     failed: bool = False
     refused: bool = False
     """Failed without being sent: refused before download (robots.txt, offsite rules, a middleware)."""

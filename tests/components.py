@@ -10,6 +10,7 @@ from scrapy import Request, Spider, signals
 from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
+from twisted.python.failure import Failure
 
 from scrapy_costsched.pipelines import ChangeDetectionPipeline
 from scrapy_costsched.spidermiddleware import CostSchedSpiderMiddleware
@@ -55,9 +56,10 @@ class Run:
 
     def visit(self, url: str, outputs: list[Any], meta: dict[str, Any] | None = None,
               downloaded: Callable[[], None] | None = None, headers: dict[str, str] | None = None,
-              landed: str | None = None) -> list[Any]:
+              landed: str | None = None, pipeline_error: bool = False) -> list[Any]:
         """Fetch *url* once (answered with *headers*, from *landed* if a redirect led there): its callback yields
-        *outputs*; returns the items the pipeline let through.
+        *outputs*; returns the items the pipeline let through. With *pipeline_error*, a pipeline before the add-on's
+        raises on every item.
 
         With *downloaded*, the answer leaves the downloader as in a crawl (it is metered), and
         *downloaded* is called before the spider gets it.
@@ -77,6 +79,10 @@ class Run:
         kept = []
         for output in self.middleware.process_spider_output(response, outputs):
             if isinstance(output, Request):
+                continue
+            if pipeline_error:
+                self.crawler.signals.send_catch_log(signals.item_error, item=output, response=response,
+                                                    spider=self.crawler.spider, failure=Failure(ValueError("bad")))
                 continue
             try:
                 self.pipeline.process_item(output)

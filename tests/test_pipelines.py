@@ -103,6 +103,28 @@ def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any, capl
     assert "once per page type ('Product')" in warned[0].getMessage()
 
 
+def test_a_page_whose_items_fail_in_a_pipeline_is_not_blamed_on_a_selector(
+        runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Found in a trial: a pipeline written for a newer Scrapy raised on every item, and the warning said a
+    selector had stopped matching."""
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 4)]
+    first = runs()
+    for url in urls:
+        first.visit(url, [Product(url, 1.0)])
+    run = runs()
+    for url in urls:
+        run.visit(url, [Product(url, 2.0)], pipeline_error=True)
+    assert run.stats["costsched/extraction_empty"] == 3
+    assert "costsched/changed" not in run.stats
+    assert run.page(urls[0]).record == first.page(urls[0]).record
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "costsched:" in r.getMessage()]
+    assert warned == [(f"costsched: {urls[0]} had every item it yielded dropped or failed in the item pipelines "
+                       "this time (it used to record items); not counted as a change. A pipeline that drops or fails "
+                       "on every item (its errors are logged above) does this to every page of a kind: such pages are "
+                       "counted in costsched/extraction_empty and listed at DEBUG, this is said once per page type "
+                       "('Product')")]
+
+
 def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
     run = runs()
     run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "high"})
