@@ -309,9 +309,10 @@ class CostAwareScheduler(BaseScheduler):
         planned, robots, scout = plan.planned, plan.robots, plan.scout
         self._set_plan_end(len(planned))
         # What the plan expects to spend, as it was made to fit: a visit with validators at its expected cost
-        # (most come back 304). Counted in full, a plan of revalidations left discovery nothing.
+        # (most come back 304). Counted in full, a plan of revalidations left discovery nothing. A page only the
+        # spider yields holds its full cost, which its admission needs and releases (:meth:`_admit`).
         planned_cost = sum(c.expected_cost for c in planned)
-        self._held = sum(c.expected_cost for c in planned if c.key in self.tracker.yield_only)
+        self._held = sum(c.cost for c in planned if c.key in self.tracker.yield_only)
         if self.tracker.yield_only:
             self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned.keys()))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which

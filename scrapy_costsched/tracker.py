@@ -763,7 +763,7 @@ class Tracker:
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
         """Under byte billing, a visit of a page whose own mean full fetch is *full_bytes*, of a group priced at
         *costs*: pages of one kind differ in size (a category of 10 products, one of 200), their 304s hardly."""
-        full = self.billing.expected_cost(self.billing.attempt_cost(200, round(full_bytes))) + costs.failures + costs.hops
+        full = self._full_fetch(full_bytes) + costs.failures + costs.hops
         return full, costs.revalidation if costs.revalidation is not None and costs.revalidation < full else None
 
     def _group_costs(self, group: str, now: float) -> _GroupCosts:
@@ -780,8 +780,7 @@ class Tracker:
         full = self.hosts.mean_bytes(group, not_modified=False)
         if full is None:
             full = self.hosts.mean_bytes(None, not_modified=False)  # a kind of page never fetched: the crawl's mean
-        cost = self.billing.expected_cost(self.billing.attempt_cost(200, round(full))) if full is not None \
-            else self._prior_cost()
+        cost = self._full_fetch(full)
         host_name = group.partition("|")[0]
         host = self.hosts.of(host_name)
         not_modified = self.hosts.mean_bytes(group, not_modified=True)
@@ -820,9 +819,13 @@ class Tracker:
     def _robots_price(self, host: str | None) -> float:
         """What a request for *host*'s robots.txt is expected to cost: by its measured bytes (a robots.txt is
         small, and a byte budget reserved at the prior page's 64 kB for it starves discovery), else the prior."""
-        size = self.hosts.robots_bytes(host or "")
-        return self._prior_cost() if size is None else self.billing.expected_cost(
-            self.billing.attempt_cost(200, round(size)))
+        return self._full_fetch(self.hosts.robots_bytes(host or ""))
+
+    def _full_fetch(self, size: float | None) -> float:
+        """A full answer of *size* bytes as the billing model prices it; the prior when no size was measured."""
+        if size is None:
+            return self._prior_cost()
+        return self.billing.expected_cost(self.billing.attempt_cost(200, round(size)))
 
     def host_of(self, key: str) -> str | None:
         """The host of known page *key* as planning indexed it (``None`` if it is not indexed)."""
@@ -833,10 +836,7 @@ class Tracker:
         """What a page of *host* that a hub reveals is expected to cost: its kind is not known before the spider
         yields it, so a full fetch of the crawl's mean size, as a kind never fetched is planned (:meth:`_group_costs`),
         not the prior page, which under byte billing held most of a budget for a hub's few small pages."""
-        full = self.hosts.mean_bytes(None, not_modified=False)
-        if full is None:
-            return self._prior_cost()
-        return self.health.priced(host, self.billing.expected_cost(self.billing.attempt_cost(200, round(full))))
+        return self.health.priced(host, self._full_fetch(self.hosts.mean_bytes(None, not_modified=False)))
 
     def _hub(self, row: Summary, new_page_cost: float) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each at *new_page_cost*."""
