@@ -504,6 +504,10 @@ class CostAwareScheduler(BaseScheduler):
             if hop:  # Scrapy's duplicate filter dropped it (shadow mode is plain Scrapy)
                 self.tracker.redirected_to_fetched(hop_of)
             return False
+        # An attempt that still carries a reservation is a downloader middleware's replacement of the request that
+        # took it (``request.replace(url=...)``, as scraping-API plugins send each request), made before that one
+        # was answered: Scrapy schedules it in that one's place, which never reaches a download handler.
+        self.tracker.ledger.release(request)
         # A visit under way goes on ahead of first attempts merely queued: the attempt it already paid for is
         # wasted unless this one goes out. So it needs only what was sent to leave room for it, and counts
         # as sent at once; a queued first attempt the budget no longer pays for is held back at its turn.
