@@ -144,6 +144,9 @@ class PageState:
     """Failed visits since the last one that answered; each doubles the wait before the next attempt."""
     gone_strikes: int = 0
     """Visits in a row that answered 404 or 410; the page is retired only after several."""
+    refusals: int = 0
+    """Attempts in a row refused before download (robots.txt, offsite rules, a downloader middleware's
+    ``IgnoreRequest``): like a 404, each says the page is not there for this crawl, and halves its worth."""
     not_before: float | None = None
     """No attempt before this time (failure backoff, or the rare re-check of a retired page)."""
     links: NewLinkStats | None = None
@@ -186,8 +189,8 @@ class PageState:
         cost = self.template["meta"].get("costsched_cost") if self.template else None
         # A 404 or 410 since the last visit showed the page changed (it went missing) then.
         last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
-        return [last_seen, rate, self.value, self.gone_strikes, self.template is not None, self.group, cost, low, high,
-                self.not_before, self.links.to_json() if self.links is not None else None,
+        return [last_seen, rate, self.value, self.gone_strikes + self.refusals, self.template is not None, self.group,
+                cost, low, high, self.not_before, self.links.to_json() if self.links is not None else None,
                 self.own_full_bytes, self.redirected]
 
     @property
@@ -259,9 +262,10 @@ class Summary(NamedTuple):
     """A page as planning sees it (the ``plan:`` row of the store).
 
     *last_seen* is when an answer last showed the page's state: its last visit, or
-    the last of the 404 and 410 answers in a row since, which *gone_strikes* counts
-    (rows written before held the last visit, and whether the page was retired,
-    read as one strike); ``None`` for a page never visited. *cost* is the
+    the last of the 404 and 410 answers in a row since; ``None`` for a page never
+    visited. *strikes* counts those answers (rows written before held the last
+    visit, and whether the page was retired, read as one strike) and the attempts
+    in a row refused before download. *cost* is the
     planned-cost override of the page's ``costsched_cost`` meta, if any;
     *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
     :meth:`NewLinkStats.to_json` of a page that links out; *full_bytes* the
@@ -273,7 +277,7 @@ class Summary(NamedTuple):
     last_seen: float | None
     rate: float | None
     value: str | float
-    gone_strikes: int
+    strikes: int
     has_template: bool
     group: str
     cost: float | None = None

@@ -25,7 +25,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_costsched.ledger import amount
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
-from scrapy_costsched.tracker import DAY, Tracker
+from scrapy_costsched.tracker import DAY, GONE_AFTER, GONE_RECHECK_PERIODS, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
 
 if TYPE_CHECKING:
@@ -458,6 +458,11 @@ class CostAwareScheduler(BaseScheduler):
             if page is not None and page.moved_to is not None:
                 why = (f"it moved permanently to {page.moved_to}, which is visited as a page of its own (start "
                        "from that URL to drop this line)")
+            elif page is not None and page.gone:
+                how = ("was refused before download (robots.txt, offsite rules or a downloader middleware)"
+                       if page.refusals else "answered 404 or 410")
+                why = (f"it {how} {GONE_AFTER} times in a row, and is retired (tried again every "
+                       f"{GONE_RECHECK_PERIODS} periods)")
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:

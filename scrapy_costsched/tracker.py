@@ -84,12 +84,13 @@ __all__ = ["DAY", "Tracker"]
 _TRACKER_ATTR = "_costsched_tracker"
 #: Redirects that say the page now lives at the new URL (RFC 9110, sections 15.4.2 and 15.4.9).
 PERMANENT_REDIRECTS = frozenset({301, 308})
-#: 404/410 answers in a row before a page is retired.
+#: 404/410 answers in a row, or attempts refused before download, before a page is retired.
 GONE_AFTER = 3
 #: A retired page is checked again after this many budget periods.
 GONE_RECHECK_PERIODS = 30
-#: The chance a page is still there after each 404 or 410 in a row, which a visit's worth is planned at: a page
-#: that answered 404 once is re-checked (a 404 can be temporary) without ranking ahead of pages known to be there.
+#: The chance a page is still there after each 404 or 410 (or refusal) in a row, which a visit's worth is planned
+#: at: a page that answered 404 once is re-checked (a 404 can be temporary) without ranking ahead of pages known to
+#: be there.
 LIVE_AFTER_STRIKE = 0.5
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
@@ -708,7 +709,10 @@ class Tracker:
         Pages waiting out a failure backoff are left out; a retired page comes back
         for its rare re-check. A page that answered 404 or 410 since its last visit
         is worth :data:`LIVE_AFTER_STRIKE` of itself per answer in a row, and what it
-        may have changed is counted from the last of them (it went missing then).
+        may have changed is counted from the last of them (it went missing then); so is
+        a page per attempt in a row refused before download (a robots.txt ``Disallow``
+        is the site's standing word: found on a shop trial, a spider that followed
+        cart links filled most of a plan with them as their backoffs ran out).
         Pages without a stored template (their callback is not a spider method) are
         noted in :attr:`yield_only`: only the spider can yield them.
         """
@@ -1257,6 +1261,7 @@ class Tracker:
             self._raise_value(page, raw)
         if page.page_type == "default" and len(visit.item_types) == 1 and "dict" not in visit.item_types:
             page.page_type = next(iter(visit.item_types))
+        page.refusals = page.refusals + 1 if visit.refused else 0
         if visit.failed:
             self._failed(page, visit.time)
             outcome = "refused" if visit.refused else "failed"
@@ -1351,11 +1356,20 @@ class Tracker:
             self.stats.inc_value("costsched/items/volatile_fields")
 
     def _failed(self, page: PageState, when: float) -> None:
-        """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row."""
+        """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row.
+
+        A page refused before download :data:`GONE_AFTER` times in a row is retired as a page gone, re-checked
+        as rarely: robots.txt and offsite rules are the site's and the crawl's standing word (Nutch's FetcherThread
+        marks a URL robots.txt denies ``STATUS_FETCH_GONE`` at once; a refusal could pass, so it needs repeated
+        evidence here, as a 404 does).
+        """
         page.failures += 1
         page.consecutive_failures += 1
         periods = min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS)
         page.not_before = when + periods * self.config.budget_period
+        if page.refusals >= GONE_AFTER:
+            page.gone = True
+            page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period
         self.stats.inc_value("costsched/failed")
 
     def moved(self, key: str, request: Request, target: str) -> bool:
@@ -1402,7 +1416,7 @@ class Tracker:
         template = moved_template(page.template, request) if page.template is not None else None
         return replace(moved, url=request.url, host=urlparse(request.url).hostname or "", template=template,
                        etag=None, redirected=True, gone=False, gone_strikes=0, not_before=None, moved_to=None,
-                       consecutive_failures=0)
+                       consecutive_failures=0, refusals=0)
 
     def redirected_to_fetched(self, key: str | None) -> None:
         """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as
@@ -1416,7 +1430,7 @@ class Tracker:
             return
         page.last_visit = page.last_attempt = self.now()
         page.visits += 1
-        page.consecutive_failures = page.gone_strikes = 0
+        page.consecutive_failures = page.gone_strikes = page.refusals = 0
         page.gone, page.not_before, page.moved_to = False, None, None
         self.accounts.observed(key, page.host, page.page_type, "redirected")
         self.pages.changed(key, page)
@@ -1425,6 +1439,7 @@ class Tracker:
         """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure."""
         page.last_attempt = when
         page.gone_strikes += 1
+        page.refusals = 0
         if page.gone_strikes >= GONE_AFTER:
             page.gone = True
             page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period

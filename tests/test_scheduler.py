@@ -22,7 +22,7 @@ from scrapy_costsched.model.scoring import rank
 from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY
-from scrapy_costsched.visits import REFUSED_META
+from scrapy_costsched.visits import REFUSED_META, Visit
 from tests.helpers import fake_now, read_state, runspider
 
 if TYPE_CHECKING:
@@ -455,6 +455,31 @@ def test_a_page_that_answered_404_since_its_last_visit_ranks_below_the_pages_tha
         other = candidates[scheduler._ranking.keys[1]]
         assert (candidates[missing].value, candidates[missing].elapsed) == (0.5 ** strikes * other.value, 1.0)
         assert [c.key for _, c in rank(list(candidates.values()), cycle=scheduler.cycle)][-1] == missing
+    scheduler.close("finished")
+
+
+def test_a_page_refused_before_download_ranks_below_the_pages_that_answered(tmp_path: Path) -> None:
+    """Found on a shop trial: listings linked every product's cart URL, which robots.txt forbids; never fetched,
+    they ranked first whenever their backoff ran out, and filled 11 of the 15 visits a CLOSESPIDER_TIMEOUT left
+    room for. Each refusal in a row halves a page's worth, as a 404 does; an answer ends the row."""
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0 if i else 2.0) for i in range(4)])
+    tracker = scheduler.tracker
+    refused = scheduler._ranking.keys[0]
+    page = tracker.page(refused)
+    assert page is not None
+    for refusals in (1, 2):
+        tracker._observe(Visit(page_key=refused, token=0, time=fake_now(), failed=True, refused=True))
+        page.not_before = None  # its backoff over
+        tracker.pages.changed(refused, page)
+        candidates = {c.key: c for c in tracker.candidates(fake_now())}
+        other = candidates[scheduler._ranking.keys[1]]
+        assert page.refusals == refusals
+        assert candidates[refused].value == 0.5 ** refusals * other.value
+    # Visited a day before the others, it ranked first; after two refusals it ranks last.
+    assert [c.key for _, c in rank(list(candidates.values()), cycle=scheduler.cycle)][-1] == refused
+    tracker._observe(Visit(page_key=refused, token=0, time=fake_now(), failed=True))  # a 500: no refusal
+    assert page.refusals == 0
     scheduler.close("finished")
 
 

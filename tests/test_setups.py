@@ -109,6 +109,7 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert first.stats["costsched/spent"] == first.stats["downloader/request_count"] == 2  # robots.txt, page/1
     assert "costsched/unsent_at_close" not in first.stats  # no reservation was left behind
     assert crawls.page("/private/2")["not_before"] is not None
+    assert crawls.page("/private/2")["refusals"] == 1  # planned at half its worth once it may go again
     later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=1.5)  # same budget period
     assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
     # The report's outcomes add up to its visits; the refusal is no visit, and no failure either.
@@ -116,6 +117,19 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     outcomes = ("new", "rebaselined", "changed", "unchanged", "not_modified", "failed", "gone", "redirected")
     assert sum(figures[name] for name in outcomes) == figures["visits"] == 2  # page/1 in each run
     assert (figures["failed"], figures["refused"]) == (0, 1)
+    # Refused again after each wait, three times in a row: retired as a page gone, re-checked as rarely (found on a
+    # shop trial: cart links robots.txt forbids came back to the plans as their waits ran out, ahead of products).
+    for day in (3, 6):
+        again = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=day)
+        assert again.stats["robotstxt/forbidden"] == 1
+    retired = crawls.page("/private/2")
+    assert (retired["refusals"], retired["gone"]) == (3, True)
+    assert "1 gone (1 of them refused before download by robots.txt" in crawls.report()
+    assert "refused before download 3 times in a row" in crawls.show("/private/2")
+    later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=10)
+    assert "robotstxt/forbidden" not in later.stats
+    assert (f"start URL {crawls.site.url}/private/2 not visited in this run: it was refused before download (robots.txt, "
+            "offsite rules or a downloader middleware) 3 times in a row, and is retired") in later.log
 
 
 def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_cost(crawls: Crawls) -> None:

@@ -219,6 +219,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "failures": page.failures,
         "consecutive_failures": page.consecutive_failures,
         "not_found_in_a_row": page.gone_strikes,
+        "refused_in_a_row": page.refusals,
         "gone": page.gone,
         "moved_to": page.moved_to,
         "rate_per_day": {
@@ -308,6 +309,10 @@ def render(page: dict[str, Any]) -> str:
     if page["not_found_in_a_row"]:
         strikes = page["not_found_in_a_row"]
         visits_text += f"; since then 404 or 410 {strikes} time{'s' if strikes > 1 else ''} in a row"
+    if page["refused_in_a_row"]:
+        refusals = page["refused_in_a_row"]
+        visits_text += (f"; refused before download {refusals} time{'s' if refusals > 1 else ''} in a row (robots.txt, "
+                        "offsite rules or a downloader middleware): planned at half its worth per refusal")
     p_changed = page["p_changed"]
     validators = page["validators"]
     lines = [

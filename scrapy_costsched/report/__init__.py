@@ -232,6 +232,9 @@ class Dataset:
     gone: int = 0
     moved: int = 0
     """Of the pages gone, those retired because they moved permanently to a page the crawl knows."""
+    refused: int = 0
+    """Of the pages gone, those retired because their attempts were refused before download (robots.txt, offsite
+    rules or a downloader middleware)."""
     freshness: float | None = None
     expected_stale_pages: float = 0.0
     expected_missed_changes: float = 0.0
@@ -409,6 +412,7 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
         if page.gone:
             dataset.gone += 1
             dataset.moved += page.moved_to is not None
+            dataset.refused += page.moved_to is None and page.refusals > 0
             continue
         dataset.live += 1
         if page.last_visit is None:

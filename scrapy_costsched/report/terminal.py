@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 if TYPE_CHECKING:
-    from scrapy_costsched.report import Figures, PlannedPage, Rates, Report
+    from scrapy_costsched.report import Dataset, Figures, PlannedPage, Rates, Report
 
 #: Width at which a table's first column (a host, a page type) wraps, so that tables fit 100 columns.
 FIRST_COLUMN = 30
@@ -146,11 +146,19 @@ def _dataset(report: Report) -> str:
     return (
         "The dataset now\n"
         f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone"
-        f"{f' ({data.moved} of them moved)' if data.moved else ''}; "
+        f"{_gone_causes(data)}; "
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
         f"since their last visits, {data.expected_stale_pages:.1f} pages are expected to have changed, "
         f"{data.expected_missed_changes:.1f} times in all\n"
     )
+
+
+def _gone_causes(data: Dataset) -> str:
+    causes = [f"{data.moved} of them moved"] if data.moved else []
+    if data.refused:
+        causes.append(f"{data.refused} of them refused before download by robots.txt, offsite rules or a downloader "
+                      "middleware")
+    return f" ({'; '.join(causes)})" if causes else ""
 
 
 def _form(form: str | None) -> str:
