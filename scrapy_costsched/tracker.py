@@ -182,6 +182,7 @@ class Tracker:
         self._unstorable: set[str] = set()
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
+        self._valued: set[str] = set()  # pages the spider gave a value in this run (costsched_value or its hook)
         self.yield_only: set[str] = set()
         self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
@@ -555,6 +556,24 @@ class Tracker:
             return True
         return False
 
+    def _take_value(self, key: str, page: PageState, raw: Any) -> bool:
+        """The value the spider gives a known page as it yields it (*raw*, ``None`` for none); ``True`` if it changed.
+
+        The first in a run replaces the stored one, so a tag changed in the spider takes effect at the next run,
+        lowered as well as raised (found on a shop trial: listing pages tagged ``"low"`` as the docs advise kept
+        the ``"normal"`` of their first runs); later ones in the run only raise it, as a page reached from several
+        parents keeps the highest.
+        """
+        if raw is None:
+            return False
+        if key in self._valued:
+            return self._raise_value(page, raw)
+        self._valued.add(key)
+        if self.resolve_value(raw) == self.value_of(page):
+            return False
+        page.value = raw
+        return True
+
     def sighting(self, request: Request, key: str) -> tuple[PageState, bool]:
         """Record that the spider asked for *request*; returns the page and whether it is new."""
         page = self.page(key)
@@ -575,9 +594,11 @@ class Tracker:
             page = PageState(url=request.url, host=host, page_type=meta_type or "default",
                              value=raw_value if raw_value is not None else self.config.default_value,
                              first_seen=self.now(), template=template)
+            if raw_value is not None:
+                self._valued.add(key)
             self.pages.changed(key, page)
             return page, True
-        changed = self._raise_value(page, raw_value)
+        changed = self._take_value(key, page, raw_value)
         if template is not None and template != page.template:
             page.template, changed = template, True
         if meta_type is not None and meta_type != page.page_type:
@@ -589,8 +610,8 @@ class Tracker:
     def sighting_changes_nothing(self, request: Request, key: str) -> bool:
         """Whether *request* is of a known page whose :meth:`sighting` would leave it as planning sees it.
 
-        Its value would not rise, and its type, its cost override and whether it has a template
-        would stay, so a known page outside the plan can be skipped without reading it (which
+        Its value would stay (:meth:`_take_value`), and its type, its cost override and whether it
+        has a template, so a known page outside the plan can be skipped without reading it (which
         costs more than the rest of a crawl's work for the page). Its stored template is then
         not rebuilt: it is refreshed when the spider yields the page in a run that plans it.
         """
@@ -604,7 +625,15 @@ class Tracker:
         if cost != profile.cost or isinstance(cost, bool):  # a stored override is a valid one
             return False
         raw_value = self._value_from(request, request.meta.get("costsched_value"))
-        return raw_value is None or self.resolve_value(raw_value) <= self.resolve_value(profile.value)
+        if raw_value is None:
+            return True
+        value, stored = self.resolve_value(raw_value), self.resolve_value(profile.value)
+        if key in self._valued:
+            return value <= stored
+        if value != stored:
+            return False
+        self._valued.add(key)  # the run's first value for the page is the one it has
+        return True
 
     def _note_unstorable(self, request: Request) -> None:
         callback = request.callback
@@ -1258,7 +1287,7 @@ class Tracker:
         self._record_bytes(key, page)
         page.last_attempt = visit.time
         for raw in visit.values:
-            self._raise_value(page, raw)
+            self._take_value(key, page, raw)
         if page.page_type == "default" and len(visit.item_types) == 1 and "dict" not in visit.item_types:
             page.page_type = next(iter(visit.item_types))
         page.refusals = page.refusals + 1 if visit.refused else 0

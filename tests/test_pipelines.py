@@ -135,6 +135,24 @@ def test_value_tiers_and_several_parents_keep_the_highest(runs: Any) -> None:
     assert run.page(URL).value == "high"
 
 
+def test_a_tag_changed_in_the_spider_takes_effect_at_the_next_run(runs: Any) -> None:
+    """Found on a shop trial: listing pages tagged "low" as the docs advise kept the "normal" of their first runs.
+    The first value a run gives a page replaces the stored one; later ones in the run only raise it."""
+    runs().visit(URL, [Product("a", 1.0)], meta={"costsched_value": "high"})
+    run = runs()
+    run.visit(URL, [Product("a", 1.0)])  # untagged (a parent that gives no value): the page keeps its own
+    assert run.page(URL).value == "high"
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "low"})
+    assert run.page(URL).value == "low"
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "normal"})
+    run.visit(URL, [Product("a", 1.0)], meta={"costsched_value": "low"})
+    assert run.page(URL).value == "normal"
+    hooked = runs()
+    hooked.crawler.spider.costsched_value = lambda source: 0.5 if isinstance(source, Product) else None
+    hooked.visit(URL, [Product("a", 1.0)])  # an item hook's value counts as the spider's word too
+    assert hooked.page(URL).value == 0.5
+
+
 def test_an_invalid_meta_value_is_counted_each_time_and_said_once(runs: Any, caplog: pytest.LogCaptureFixture) -> None:
     run = runs()
     for n in range(1, 4):

@@ -483,6 +483,37 @@ def test_a_page_refused_before_download_ranks_below_the_pages_that_answered(tmp_
     scheduler.close("finished")
 
 
+def test_a_page_outside_the_plan_yielded_with_a_new_tag_takes_it(tmp_path: Path) -> None:
+    """A known page the plan left out is skipped without being read, unless its sighting changes it: the first
+    value a run gives it does when it differs from the stored one, lower as well as higher."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 1, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0) for i in range(3)])
+    left_out = next(key for key in scheduler._ranking.keys if key not in scheduler._planned)
+    page = scheduler.tracker.page(left_out)
+    spider = crawler.spider
+    assert page is not None
+    assert isinstance(spider, HeadSpider)
+    url = page.url
+
+    def yielded(value: str) -> Request:
+        return Request(url, callback=spider.parse, meta={"costsched_value": value})
+
+    assert scheduler.tracker.sighting_changes_nothing(yielded("normal"), left_out)  # as stored: skipped unread
+    assert scheduler.tracker.sighting_changes_nothing(yielded("low"), left_out)  # the run's first was "normal"
+    assert not scheduler.tracker.sighting_changes_nothing(yielded("high"), left_out)
+    scheduler.close("finished")
+    crawler, scheduler = planned_scheduler(tmp_path / "next.sqlite", 1, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0) for i in range(3)])
+    left_out = next(key for key in scheduler._ranking.keys if key not in scheduler._planned)
+    page = scheduler.tracker.page(left_out)
+    assert page is not None
+    assert isinstance(crawler.spider, HeadSpider)
+    assert not scheduler.enqueue_request(Request(page.url, callback=crawler.spider.parse,
+                                                 meta={"costsched_value": "low"}))
+    assert scheduler.tracker.page(left_out).value == "low"  # type: ignore[union-attr]
+    scheduler.close("finished")
+
+
 def test_under_byte_billing_a_page_is_planned_at_its_own_mean_bytes(tmp_path: Path) -> None:
     """Found in a trial: every page of a host and type was planned at their mean, so a page ten times the size
     of its kind's others ranked as if it cost the same. A page's own mean comes first; its kind's covers the
