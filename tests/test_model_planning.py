@@ -60,3 +60,7 @@ def test_visits_beyond_a_host_s_capacity_leave_the_head_and_are_reported() -> No
     plan = _plan(capacities={"a": 5})
     assert [c.key for c in plan.planned] == [HUB.key, "a00000", "a00001", "a00002", "a00003", "a00004"]
     assert plan.over_capacity == {"a": (sum(c.key != HUB.key for _, c in head) - 5, 5)}
+    # Below the head, where a leftover round reaches them if the run has budget and time left.
+    over = [c.key for _, c in head if c.key.startswith("a")][5:]
+    assert len(over) == plan.over_capacity["a"][0]
+    assert set(over) <= {c.key for c in plan.rest}

@@ -244,6 +244,22 @@ def test_leftovers_rank_the_pages_the_plan_left_below_its_head(tmp_path: Path) -
     scheduler.close("finished")
 
 
+def test_a_leftover_round_reaches_the_visits_left_out_for_a_host_s_capacity(tmp_path: Path) -> None:
+    """The head holds no more visits of a host than its download slot can make in the run; a run that goes idle
+    with budget left reaches the rest (found on a shop trial: a CLOSESPIDER_TIMEOUT run whose planned visits were
+    mostly refused by robots.txt finished at a third of its time with most of its budget unspent)."""
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1 + i % 5) for i in range(8)],
+        CLOSESPIDER_TIMEOUT=3, DOWNLOAD_DELAY=1.0)
+    assert crawler.stats.get_value("costsched/hosts/127.0.0.1/over_capacity") == 5
+    planned = list(scheduler._ranking.keys[:scheduler._plan_end])
+    assert len(planned) == 3
+    scheduler._dispatched.update(planned)  # sent, and answered (or refused) with time to spare
+    scheduler._extend_plan()
+    assert scheduler._plan_end == len(scheduler._ranking) == 8
+    scheduler.close("finished")
+
+
 def test_leftovers_pay_for_the_pages_their_hubs_reveal_and_send_the_hubs_first(tmp_path: Path) -> None:
     """Found in a trial: a leftover round sent its hubs after the pages ranked above them, when those had
     spent the budget, so the new articles they revealed waited for the next day. Extending the plan, a

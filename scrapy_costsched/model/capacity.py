@@ -40,22 +40,22 @@ def host_capacity(run_seconds: float, concurrency: int, delay: float, latency: f
 
 
 def within_capacity(ranking: Iterable[_T], host_of: Callable[[_T], str | None],
-                    capacity_of: Callable[[str], int]) -> tuple[list[_T], dict[str, int]]:
-    """The *ranking* without the visits beyond their host's capacity, and how many each host had left out.
+                    capacity_of: Callable[[str], int]) -> tuple[list[_T], list[_T]]:
+    """The *ranking* split into the visits within their host's capacity and those beyond it, in order.
 
     >>> within_capacity(["a1", "b1", "a2", "a3", "b2"], lambda k: k[0], {"a": 2, "b": 5}.__getitem__)
-    (['a1', 'b1', 'a2', 'b2'], {'a': 1})
+    (['a1', 'b1', 'a2', 'b2'], ['a3'])
     """
     planned: dict[str, int] = {}
-    left_out: dict[str, int] = {}
     kept: list[_T] = []
+    left_out: list[_T] = []
     for item in ranking:
         host = host_of(item)
         if host is not None:
             if host not in planned:
                 planned[host] = 0
             if planned[host] >= capacity_of(host):
-                left_out[host] = left_out.get(host, 0) + 1
+                left_out.append(item)
                 continue
             planned[host] += 1
         kept.append(item)

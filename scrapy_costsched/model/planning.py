@@ -40,7 +40,10 @@ class Plan:
     head: list[tuple[float, Candidate]]
     """The head of the ranking (index, candidate), best first and within its hosts' capacity; the scout first."""
     rest: list[Candidate]
-    """The candidates below the head, not ranked: ``head + rank(rest)`` is the whole ranking."""
+    """The candidates below the head, not ranked: ``head + rank(rest)`` is the whole ranking. The visits the head
+    left out for their host's capacity are among them: a run that goes idle with budget and time left (the
+    capacity was a forecast: visits refused or failed fast, a host faster than its latency was known to be)
+    reaches them in a leftover round."""
     planned: list[Candidate]
     """The visits the run's budget pays for, in the head's order."""
     robots: float = 0.0
@@ -78,7 +81,9 @@ def make_plan(
 
     budget = max(remaining, 0.0)
     head, rest = rank_head(candidates, budget, objective, cycle=cycle)
-    head, left_out = within_capacity(head, lambda entry: host_of(entry[1].key), capacity)
+    head, over = within_capacity(head, lambda entry: host_of(entry[1].key), capacity)
+    rest = [candidate for _, candidate in over] + rest
+    left_out = Counter(host_of(candidate.key) for _, candidate in over)
     ranking = [candidate for _, candidate in head]
     reserve = budget * reserve_share
     planned = _affordable(ranking, remaining - reserve)
@@ -92,7 +97,7 @@ def make_plan(
         planned = [scout[1], *planned]
         robots = robots_cost({host_of(c.key) for c in planned})
     return Plan(head, rest, planned, robots, None if scout is None else scout[1],
-                {host: (count, capacities[host]) for host, count in left_out.items()})
+                {host: (count, capacities[host]) for host, count in left_out.items() if host is not None})
 
 
 def _affordable(ranking: list[Candidate], budget: float) -> list[Candidate]:
