@@ -738,10 +738,10 @@ class Tracker:
         Pages waiting out a failure backoff are left out; a retired page comes back
         for its rare re-check. A page that answered 404 or 410 since its last visit
         is worth :data:`LIVE_AFTER_STRIKE` of itself per answer in a row, and what it
-        may have changed is counted from the last of them (it went missing then); so is
-        a page per attempt in a row refused before download (a robots.txt ``Disallow``
-        is the site's standing word: found on a shop trial, a spider that followed
-        cart links filled most of a plan with them as their backoffs ran out).
+        may have changed is counted from the last of them (it went missing then). Each
+        attempt in a row refused before download halves a page's worth too (a robots.txt
+        ``Disallow`` is the site's standing word: found on a shop trial, a spider that
+        followed cart links filled most of a plan with them as their backoffs ran out).
         Pages without a stored template (their callback is not a spider method) are
         noted in :attr:`yield_only`: only the spider can yield them.
         """

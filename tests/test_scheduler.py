@@ -453,17 +453,23 @@ def test_under_byte_billing_robots_txt_is_planned_at_what_it_was_measured_to_cos
         scheduler.close("finished")
 
 
+def first_of_four(tmp_path: Path) -> tuple[CostAwareScheduler, str, PageState]:
+    """A plan of four pages, the first visited a day before the others, so it ranks first: its key and page."""
+    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
+        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0 if i else 2.0) for i in range(4)])
+    key = scheduler._ranking.keys[0]
+    page = scheduler.tracker.page(key)
+    assert page is not None
+    assert page.url.endswith("/p/0")
+    return scheduler, key, page
+
+
 def test_a_page_that_answered_404_since_its_last_visit_ranks_below_the_pages_that_answered(tmp_path: Path) -> None:
     """Found in a trial: a 404 does not move a page's last visit, so a page that answered 404 once ranked first
     in the next plan, ahead of the pages visited with it. It went missing when it answered 404: what it may
     have changed is counted from then, and it is worth half of itself per 404 in a row (it may be gone)."""
-    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
-        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0 if i else 2.0) for i in range(4)])
+    scheduler, missing, page = first_of_four(tmp_path)
     tracker = scheduler.tracker
-    missing = scheduler._ranking.keys[0]
-    page = tracker.page(missing)
-    assert page is not None
-    assert page.url.endswith("/p/0")  # visited a day before the others: it ranks first
     for strikes in (1, 2):
         page.gone_strikes, page.last_attempt = strikes, fake_now() - DAY  # answered 404 with the others' visits
         tracker.pages.changed(missing, page)
@@ -478,12 +484,8 @@ def test_a_page_refused_before_download_ranks_below_the_pages_that_answered(tmp_
     """Found on a shop trial: listings linked every product's cart URL, which robots.txt forbids; never fetched,
     they ranked first whenever their backoff ran out, and filled 11 of the 15 visits a CLOSESPIDER_TIMEOUT left
     room for. Each refusal in a row halves a page's worth, as a 404 does; an answer ends the row."""
-    _, scheduler = planned_scheduler(tmp_path / "state.sqlite", 10, [
-        (f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0 if i else 2.0) for i in range(4)])
+    scheduler, refused, page = first_of_four(tmp_path)
     tracker = scheduler.tracker
-    refused = scheduler._ranking.keys[0]
-    page = tracker.page(refused)
-    assert page is not None
     for refusals in (1, 2):
         tracker._observe(Visit(page_key=refused, token=0, time=fake_now(), failed=True, refused=True))
         page.not_before = None  # its backoff over
@@ -492,7 +494,7 @@ def test_a_page_refused_before_download_ranks_below_the_pages_that_answered(tmp_
         other = candidates[scheduler._ranking.keys[1]]
         assert page.refusals == refusals
         assert candidates[refused].value == 0.5 ** refusals * other.value
-    # Visited a day before the others, it ranked first; after two refusals it ranks last.
+    # After two refusals it ranks last.
     assert [c.key for _, c in rank(list(candidates.values()), cycle=scheduler.cycle)][-1] == refused
     tracker._observe(Visit(page_key=refused, token=0, time=fake_now(), failed=True))  # a 500: no refusal
     assert page.refusals == 0
