@@ -482,8 +482,8 @@ def test_a_page_that_answered_404_since_its_last_visit_ranks_below_the_pages_tha
 
 def test_a_page_refused_before_download_ranks_below_the_pages_that_answered(tmp_path: Path) -> None:
     """Found on a shop trial: listings linked every product's cart URL, which robots.txt forbids; never fetched,
-    they ranked first whenever their backoff ran out, and filled 11 of the 15 visits a CLOSESPIDER_TIMEOUT left
-    room for. Each refusal in a row halves a page's worth, as a 404 does; an answer ends the row."""
+    they ranked first whenever their backoff ran out, and took 8 of the 15 visits a CLOSESPIDER_TIMEOUT left room
+    for. Each refusal in a row halves a page's worth, as a 404 does; an answer ends the row."""
     scheduler, refused, page = first_of_four(tmp_path)
     tracker = scheduler.tracker
     for refusals in (1, 2):
