@@ -70,7 +70,9 @@ def test_the_export_holds_every_page_s_last_full_visit(site: NewsSite, tmp_path:
     state = crawl / "state.sqlite"
     fed: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # url -> the last day it was in the feed, its items
     fetched: dict[str, int] = {}  # article URL -> the last day the site served it (200 or 304)
-    for day, budget in ((0, None), (1, 12), (2, 12)):
+    # Day 2's budget revisits enough articles for some to answer 304 (at 12, one or two did, and none in a loaded
+    # run: the check below failed once in a fresh-clone run under Scrapy 2.13).
+    for day, budget in ((0, None), (1, 12), (2, 20)):
         site.set_day(day)
         site.reset_counts()
         result = run_news(site, crawl, budget=budget, settings={**STORE, "ITEM_PIPELINES": PIPELINES},
