@@ -303,9 +303,9 @@ class CostAwareScheduler(BaseScheduler):
                 gc.enable()
         for host, (count, capacity) in plan.over_capacity.items():
             self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
-            logger.info("costsched: %d visits of %s left out of the plan: its download slot can make %d in this run "
+            logger.info("%s: %d visits of %s left out of the plan: its download slot can make %d in this run "
                         "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
-                        count, host, capacity)
+                        self.tracker.who, count, host, capacity)
         planned, robots, scout = plan.planned, plan.robots, plan.scout
         self._set_plan_end(len(planned))
         # What the plan expects to spend, as it was made to fit: a visit with validators at its expected cost
@@ -327,8 +327,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         scouted = None if scout is None else self.tracker.page(scout.key)
         unit = self.tracker.billing.unit
-        logger.info("costsched: %s; planned %d of %d ranked known pages%s, %s kept for discovery%s",
-                    self.tracker.ledger.left(), self._plan_end, len(self._ranking),
+        logger.info("%s: %s; planned %d of %d ranked known pages%s, %s kept for discovery%s",
+                    self.tracker.who, self.tracker.ledger.left(), self._plan_end, len(self._ranking),
                     f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
                     amount(self._discovery_allowance, unit, ".0f"),
                     "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
@@ -442,8 +442,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.inc_value("costsched/skipped/not_planned")
         if request.meta.get("is_start_request"):
             self._left_out_starts[key] = request.url
-            logger.debug("costsched: start URL %s is not in the plan (a leftover round may still visit it)",
-                         request.url)
+            logger.debug("%s: start URL %s is not in the plan (a leftover round may still visit it)",
+                         self.tracker.who, request.url)
         return False
 
     def _report_left_out_starts(self) -> None:
@@ -469,7 +469,7 @@ class CostAwareScheduler(BaseScheduler):
                 why = "it was visited earlier in this period, and ranks below the pages this run's budget pays for"
             else:
                 why = "it ranks below the pages this run's budget pays for"
-            logger.info("costsched: start URL %s not visited in this run: %s", url, why)
+            logger.info("%s: start URL %s not visited in this run: %s", self.tracker.who, url, why)
 
     def _defer(self, key: str) -> None:
         """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""

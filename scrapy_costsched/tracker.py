@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -76,6 +77,9 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
+#: Trackers whose store is open in this process: crawls that run side by side (``CrawlerProcess.crawl``
+#: called twice) write their lines into one log, where each names its spider (:attr:`Tracker.who`).
+_OPEN_TRACKERS: weakref.WeakSet[Tracker] = weakref.WeakSet()
 
 _T = TypeVar("_T")
 
@@ -185,6 +189,7 @@ class Tracker:
         self._valued: set[str] = set()  # pages the spider gave a value in this run (costsched_value or its hook)
         self.yield_only: set[str] = set()
         self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
+        self._side_by_side = False  # whether another crawl of this process had its state open with this one's
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
         self._robots_hosts: set[str] = set()
         self._since_commit = 0
@@ -232,6 +237,12 @@ class Tracker:
         assert spider is not None
         return spider
 
+    @property
+    def who(self) -> str:
+        """What the run's lines start with: ``costsched``, and the spider's name once another crawl of this
+        process has opened its state beside this one (their lines share one log)."""
+        return f"costsched ({self.spider.name})" if self._side_by_side else "costsched"
+
     def now(self) -> float:
         return float(self.config.clock())
 
@@ -258,6 +269,10 @@ class Tracker:
             store.close()
             raise
         self.attach(store)
+        _OPEN_TRACKERS.add(self)
+        if len(_OPEN_TRACKERS) > 1:
+            for tracker in _OPEN_TRACKERS:
+                tracker._side_by_side = True
         carried = self.ledger.rebase(self.now())
         budget = self.ledger.budget
         self.accounts = Accounts(store, self.ledger.period, self.config.budget_period, budget, self.billing.unit)
@@ -273,11 +288,11 @@ class Tracker:
             mode = "shadow mode (no COSTSCHED_BUDGET: every request goes out, observations are recorded)"
         else:
             mode = f"budget {amount(budget, self.billing.unit)} per period, {self.ledger.left()}"
-        logger.info("costsched: %s state %s; %s", "new" if new else "continuing", state, mode)
+        logger.info("%s: %s state %s; %s", self.who, "new" if new else "continuing", state, mode)
         if store.found_unclosed:
-            logger.info("costsched: the state was not closed by the run that last wrote it (killed or crashed, or the "
+            logger.info("%s: the state was not closed by the run that last wrote it (killed or crashed, or the "
                         "file is a copy): checked in full, it continues from that run's last commit, and what that "
-                        "run drew from the budget counts as spent")
+                        "run drew from the budget counts as spent", self.who)
         if carried is not None:
             self._log_carried(carried)
 
@@ -292,7 +307,7 @@ class Tracker:
         else:
             counted = (f"it had spent {carried.previous_spent:g} of {previous.budget:g} {previous.unit}, so "
                        f"{carried.share:.0%} of this budget counts as spent ({self.ledger.left()})")
-        logger.info("costsched: %s while the period it was counting was still running: %s", " and ".join(changes),
+        logger.info("%s: %s while the period it was counting was still running: %s", self.who, " and ".join(changes),
                     counted)
 
     def attach(self, store: StateStorage) -> None:
@@ -368,7 +383,7 @@ class Tracker:
         get = self.stats.get_value
         unit, spent, changed = self.billing.unit, self.ledger.spent_this_run, get("costsched/changed", 0)
         logger.info(
-            "costsched: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %s%s",
+            "%s: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %s%s", self.who,
             "shadow mode" if self.config.budget is None else
             f"{self.ledger.spent:g} of {amount(self.config.budget.amount, unit)} spent this period",
             get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
@@ -431,6 +446,7 @@ class Tracker:
         finally:
             self.store.close()
             self.store = None
+            _OPEN_TRACKERS.discard(self)
 
     def _summarise(self, reason: str) -> None:
         self._update_spend_stats()
@@ -449,9 +465,9 @@ class Tracker:
             (get("costsched/duplicate_fetch", 0), "fetched again in this run (learned from once)"),
         ) if count)
         logger.info(
-            "costsched: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
+            "%s: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
             "%d failed%s; spent %s%s; %s; next period starts in %.1f h",
-            reason, get("costsched/visits", 0),
+            self.who, reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
             self._not_modified_observed(), others, get("costsched/failed", 0) - ignored,
@@ -497,7 +513,7 @@ class Tracker:
         self._committed_at = time.monotonic()
         self._update_spend_stats()
         self.stats.inc_value("costsched/commits")
-        logger.debug("costsched: committed; %d observations in this run",
+        logger.debug("%s: committed; %d observations in this run", self.who,
                      sum(self.stats.get_value(f"costsched/{o}", 0)
                          for o in ("baseline", "rebaseline", "changed", "unchanged")))
 

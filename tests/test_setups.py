@@ -46,9 +46,12 @@ class Crawls:
     def _env(self) -> dict[str, str]:
         return dict(os.environ, DEMO_CLOCK_FILE=str(self.clock), PYTHONPATH=os.pathsep.join([str(ROOT), str(PROJECT)]))
 
-    def run(self, *settings: str, day: float | None = None, **spider_args: str) -> Run:
+    def _next_day(self, day: float | None) -> None:
         self.day = self.day + 1 if day is None else day
         DemoSite(None, "", self.clock).set_time(DemoSite.day(self.day))  # type: ignore[arg-type]
+
+    def run(self, *settings: str, day: float | None = None, **spider_args: str) -> Run:
+        self._next_day(day)
         stats_file = self.tmp / "stats.json"
         stats_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "tests" / "setups_spider.py"),
@@ -65,6 +68,16 @@ class Crawls:
         stats: dict[str, Any] = json.loads(stats_file.read_text())
         hits = {path: n - before.get(path, 0) for path, n in self.site.hits.items() if n > before.get(path, 0)}
         return Run(stats, proc.stderr, hits)
+
+    def run_script(self, source: str) -> str:
+        """A user's script that runs crawls itself (``CrawlerProcess``), on the next day; its log."""
+        self._next_day(None)
+        script = self.tmp / "run.py"
+        script.write_text(source, encoding="utf-8")
+        proc = subprocess.run([sys.executable, str(script)], cwd=self.tmp, env=self._env(), capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
 
     def report(self, *options: str, settings: tuple[str, ...] = ()) -> str:
         """``scrapy costsched-report`` on the state, at the time of the last run."""
@@ -130,6 +143,31 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert "robotstxt/forbidden" not in later.stats
     assert (f"start URL {crawls.site.url}/private/2 not visited in this run: it was refused before download (robots.txt, "
             "offsite rules or a downloader middleware) 3 times in a row, and is retired") in later.log
+
+
+def test_crawls_run_side_by_side_in_one_process_name_their_spiders_in_their_lines(crawls: Crawls) -> None:
+    """Found in a job board's trial: a script running two spiders with ``CrawlerProcess``, as Scrapy's docs show,
+    logged two plan lines and two "run finished" lines into one log, and neither said which crawl it was."""
+    log = crawls.run_script(f"""
+from scrapy.crawler import CrawlerProcess
+from tests.setups_spider import SetupsSpider
+
+class OtherSpider(SetupsSpider):
+    name = "other"
+
+process = CrawlerProcess({{"COSTSCHED_STATE": {str(crawls.tmp / "%(name)s.sqlite")!r}, "COSTSCHED_BUDGET": 10}})
+process.crawl(SetupsSpider, site={crawls.site.url!r}, paths="/page/1,/page/2", stats_file="setups.json")
+process.crawl(OtherSpider, site={crawls.site.url!r}, paths="/page/3", stats_file="other.json")
+process.start()
+""")
+    for spider, visits in (("setups", 2), ("other", 1)):
+        assert f"costsched ({spider}): run finished (finished): {visits} visits: {visits} new pages" in log, log[-3000:]
+        assert re.search(rf"costsched \({spider}\): 10 requests left in this period; planned 0 of 0 ", log)
+    assert " ERROR: " not in log
+    assert "costsched: " not in log.partition("Spider opened")[2]  # once both states are open, each line says whose
+    # A crawl alone in its process keeps the short form.
+    alone = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1")
+    assert "costsched: run finished (finished): 1 visits" in alone.log
 
 
 def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_cost(crawls: Crawls) -> None:
