@@ -10,6 +10,7 @@ import math
 import time
 from array import array
 from collections import deque
+from datetime import datetime, timezone
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -463,6 +464,14 @@ class CostAwareScheduler(BaseScheduler):
                        if page.refusals else "answered 404 or 410")
                 why = (f"it {how} {GONE_AFTER} times in a row, and is retired (tried again every "
                        f"{GONE_RECHECK_PERIODS} periods)")
+            elif page is not None and page.not_before is not None and page.not_before > self.tracker.now():
+                in_a_row, how = next((n, how) for n, how in (
+                    (page.gone_strikes, "answered 404 or 410"),
+                    (page.refusals, "refused before download (robots.txt, offsite rules or a downloader middleware)"),
+                    (page.consecutive_failures, "failed")) if n)
+                begins = datetime.fromtimestamp(page.not_before, timezone.utc).isoformat().replace("+00:00", "Z")
+                why = (f"its last attempt {how} ({in_a_row} in a row), so it waits for the budget period that "
+                       f"begins {begins} (each failure in a row doubles the wait)")
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:

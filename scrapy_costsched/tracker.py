@@ -1400,6 +1400,12 @@ class Tracker:
                 name, page_type, volatile, counted, MIN_COMPARISONS, name)
             self.stats.inc_value("costsched/items/volatile_fields")
 
+    def _periods_after(self, when: float, periods: int) -> float:
+        """When a page that failed at *when* may be tried again: as the budget period *periods* after *when*'s
+        begins. Counted from *when* itself, a daily crawl that failed a page ten minutes into its run planned
+        the next day's run ten minutes too early to include it, and a wait of one period lasted two runs."""
+        return (int(when // self.config.budget_period) + periods) * self.config.budget_period
+
     def _failed(self, page: PageState, when: float) -> None:
         """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row.
 
@@ -1410,11 +1416,10 @@ class Tracker:
         """
         page.failures += 1
         page.consecutive_failures += 1
-        periods = min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS)
-        page.not_before = when + periods * self.config.budget_period
+        page.not_before = self._periods_after(when, min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS))
         if page.refusals >= GONE_AFTER:
             page.gone = True
-            page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period
+            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
         self.stats.inc_value("costsched/failed")
 
     def moved(self, key: str, request: Request, target: str) -> bool:
@@ -1437,7 +1442,7 @@ class Tracker:
             self.pages.changed(target, self._moved_page(page, request))
         page.gone, page.moved_to = True, request.url
         page.last_visit = page.last_attempt = self.now()  # its answer was seen: it moved (a page never visited too)
-        page.not_before = page.last_attempt + GONE_RECHECK_PERIODS * self.config.budget_period
+        page.not_before = self._periods_after(page.last_attempt, GONE_RECHECK_PERIODS)
         self.pages.changed(key, page)
         self.accounts.moved(key, target)
         _hand_over(self._unrecorded_bytes, key, target)  # the visit's bytes and redirects are the target's
@@ -1487,11 +1492,10 @@ class Tracker:
         page.refusals = 0
         if page.gone_strikes >= GONE_AFTER:
             page.gone = True
-            page.not_before = when + GONE_RECHECK_PERIODS * self.config.budget_period
+            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
             outcome = "gone"
         else:
-            periods = min(2 ** (page.gone_strikes - 1), MAX_BACKOFF_PERIODS)
-            page.not_before = when + periods * self.config.budget_period
+            page.not_before = self._periods_after(when, min(2 ** (page.gone_strikes - 1), MAX_BACKOFF_PERIODS))
             outcome = "not_found"
         self.stats.inc_value(f"costsched/{outcome}")
         self.accounts.observed(key, page.host, page.page_type, outcome)

@@ -494,6 +494,26 @@ def test_failures_back_off_whatever_the_billing(crawls: Crawls) -> None:
     assert sometimes["visits"] == 3
 
 
+def test_a_failed_page_is_tried_again_in_the_next_period_whatever_the_time_of_day(crawls: Crawls) -> None:
+    """Found in a job board's trial: a failure's wait was counted from the moment it failed, so a daily run that
+    started earlier in the day than the failure had happened the day before left the page out, and a wait of one
+    period lasted two runs. It now ends as the period after the failure's begins."""
+    paths = "/page/1,/sometimes/2,/error/1"
+    crawls.site.missing = True  # /sometimes/2 answers 404; /error/1 answers 500 to every attempt
+    first = crawls.run("COSTSCHED_BUDGET=20", paths=paths, day=1.25)  # 12:00
+    assert (first.hits["/sometimes/2"], first.hits["/error/1"]) == (1, 3)
+    crawls.site.missing = False
+    again = crawls.run("COSTSCHED_BUDGET=20", paths=paths, day=2.0)  # 06:00 the next day
+    assert (again.hits.get("/sometimes/2"), again.hits.get("/error/1")) == (1, 3)
+    assert "start URL" not in again.log
+    # /error/1 failed again: the start-URL line of the next run says why it waits, not that the budget ran short.
+    waiting = crawls.run("COSTSCHED_BUDGET=20", paths=paths, day=3.0)
+    assert "/error/1" not in waiting.hits
+    assert (f"start URL {crawls.site.url}/error/1 not visited in this run: its last attempt failed (2 in a row), so it "
+            "waits for the budget period that begins 2026-01-05T00:00:00Z (each failure in a row doubles the wait)"
+            in waiting.log), waiting.log[-3000:]
+
+
 def test_state_show_says_a_page_answered_404_since_its_last_visit(crawls: Crawls) -> None:
     """Found in a trial: the page showed "0 failed" and its last 200 as its last visit, nothing of its 404."""
     crawls.run("COSTSCHED_BUDGET=20", paths="/page/1,/sometimes/2")
