@@ -818,10 +818,7 @@ class CostAwareScheduler(BaseScheduler):
         """A planned page's request from its template; ``None`` when only the spider can yield it."""
         if key in self.tracker.yield_only:
             return None
-        request = self.tracker.request_for(key)
-        if request is None:
-            self.stats.inc_value("costsched/skipped/no_template")
-        return request
+        return self.tracker.request_for(key)
 
     def _reoffer_held_back(self) -> bool:
         """Offer the planned pages held back for the budget once more, through the engine (which wakes now

@@ -673,9 +673,11 @@ class Tracker:
         self.pages.prefetch(keys)
 
     def request_for(self, key: str) -> Request | None:
-        """Re-issue a known page from its stored template (the spider's value hook is asked again)."""
+        """Re-issue a known page from its stored template (the spider's value hook is asked again); ``None``, counted
+        by cause, when it cannot be."""
         page = self.page(key)
         if page is None or page.template is None:
+            self.stats.inc_value("costsched/skipped/no_template")
             return None
         try:
             request = request_from_template(page.template, self.spider)

@@ -67,6 +67,7 @@ def test_planned_pages_obey_depth_limit_and_allowed_domains(site: NewsSite, tmp_
     assert shallow.returncode == 0, shallow.log[-3000:]
     assert site.requests("/article/") == 0
     assert shallow.stats.get("costsched/skipped/depth_limit", 0) > 0
+    assert "costsched/skipped/no_template" not in shallow.stats  # they have one (counted twice before)
     assert site.requests("/section/") > 0
     assert site.offsite_hits == {}
 

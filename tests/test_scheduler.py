@@ -607,6 +607,7 @@ def test_templates_a_renamed_callback_broke_are_counted_and_warned_about_once(
         assert scheduler.next_request() is None
     assert scheduler._plan_end > 1
     assert crawler.stats.get_value("costsched/template/broken") == scheduler._plan_end
+    assert crawler.stats.get_value("costsched/skipped/no_template") is None  # each has a template, if a broken one
     broken = [record for record in caplog.records if "cannot re-issue" in record.getMessage()]
     assert len(broken) == scheduler._plan_end
     assert [record.levelno for record in broken].count(logging.WARNING) == 1
