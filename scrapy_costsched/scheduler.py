@@ -465,10 +465,13 @@ class CostAwareScheduler(BaseScheduler):
                 why = (f"it {how} {GONE_AFTER} times in a row, and is retired (tried again every "
                        f"{GONE_RECHECK_PERIODS} periods)")
             elif page is not None and page.not_before is not None and page.not_before > self.tracker.now():
-                in_a_row, how = next((n, how) for n, how in (
-                    (page.gone_strikes, "answered 404 or 410"),
-                    (page.refusals, "refused before download (robots.txt, offsite rules or a downloader middleware)"),
-                    (page.consecutive_failures, "failed")) if n)
+                if page.gone_strikes:
+                    in_a_row, how = page.gone_strikes, "answered 404 or 410"
+                elif page.refusals:
+                    in_a_row, how = page.refusals, ("was refused before download (robots.txt, offsite rules or a "
+                                                    "downloader middleware)")
+                else:
+                    in_a_row, how = page.consecutive_failures, "failed"
                 begins = datetime.fromtimestamp(page.not_before, timezone.utc).isoformat().replace("+00:00", "Z")
                 why = (f"its last attempt {how} ({in_a_row} in a row), so it waits for the budget period that "
                        f"begins {begins} (each failure in a row doubles the wait)")
