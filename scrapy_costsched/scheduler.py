@@ -319,7 +319,7 @@ class CostAwareScheduler(BaseScheduler):
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
         # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - planned_cost - robots, 0.0)
-        self.stats.set_value("costsched/plan/hubs", sum(c.hub is not None for c in planned))
+        self.stats.set_value("costsched/plan/hubs", sum(map(leads_to_new_pages, planned)))
         if scout is not None:
             self.stats.set_value("costsched/plan/scout", 1)
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
