@@ -476,7 +476,8 @@ class CostAwareScheduler(BaseScheduler):
                                                     "downloader middleware)")
                 else:
                     in_a_row, how = page.consecutive_failures, "failed"
-                begins = datetime.fromtimestamp(page.not_before, timezone.utc).isoformat().replace("+00:00", "Z")
+                begins = datetime.fromtimestamp(page.not_before, timezone.utc).isoformat(timespec="seconds").replace(
+                    "+00:00", "Z")
                 why = (f"its last attempt {how} ({in_a_row} in a row), so it waits for the budget period that "
                        f"begins {begins} (each failure in a row doubles the wait)")
             elif spent_before:
