@@ -516,9 +516,10 @@ def test_a_failed_page_is_tried_again_in_the_next_period_whatever_the_time_of_da
 
 def test_a_timed_run_sends_a_delayed_host_no_more_than_it_can_start_before_the_timeout(crawls: Crawls) -> None:
     """Requests that wait in a download slot with a delay when ``CLOSESPIDER_TIMEOUT`` strikes go out while the
-    crawl closes: eight new pages of a host one second apart were all admitted at once, and a 3 s run sent them
-    over eight (a fresh clone's test saw a leftover round do it). Each is admitted only if its slot can start it
-    before the timeout; the others stay unsent, their budget unspent."""
+    crawl closes: ten new pages of a host one second apart went into its slot as fast as its concurrency let
+    them, and a 3 s run sent all ten over fourteen seconds (a fresh clone's test saw a leftover round do it).
+    Each is admitted only if its slot can start it before the timeout; the others stay unsent, their budget
+    unspent."""
     paths = ",".join(f"/page/{n}" for n in range(1, 11))
     run = crawls.run("COSTSCHED_BUDGET=20", "DOWNLOAD_DELAY=1", "CLOSESPIDER_TIMEOUT=3", paths=paths)
     assert "Closing spider (closespider_timeout)" in run.log
