@@ -26,6 +26,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_costsched.ledger import amount
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
+from scrapy_costsched.sessions import SESSION_META, SESSION_STEP_META
 from scrapy_costsched.tracker import DAY, GONE_AFTER, GONE_RECHECK_PERIODS, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
 
@@ -235,6 +236,9 @@ class CostAwareScheduler(BaseScheduler):
         self._slot_queues: dict[str, deque[Request]] = {}
         self._slot_queue_limit = max(crawler.settings.getint("CONCURRENT_REQUESTS"), 0) or 16
         self._closes_at: float | None = None  # when CLOSESPIDER_TIMEOUT ends the run (time.monotonic)
+        # Session steps let into the wrapped scheduler and not yet taken out (_session_pending).
+        self._session_queued = 0
+        self._session_seen = False
         self._frozen = False
         crawler.signals.connect(self._spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
@@ -292,13 +296,15 @@ class CostAwareScheduler(BaseScheduler):
     def _plan(self) -> None:
         started = time.perf_counter()
         remaining = self.tracker.ledger.remaining()
+        # Room for the session steps the spider will send first, as much as the last run's cost.
+        session = min(self.tracker.sessions.last_run_spent, max(remaining, 0.0))
         now = self.tracker.now()
         # A plan allocates a few objects per known page and no reference cycles, so the cyclic
         # collector would only rescan them as they pile up: it is off until the plan is made.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            plan = make_plan(self.tracker.candidates(now), remaining, reserve_share=self.config.reserve_discovery,
+            plan = make_plan(self.tracker.candidates(now), remaining - session, reserve_share=self.config.reserve_discovery,
                              host_of=self.tracker.host_of, capacity_of=self.tracker.health.capacity,
                              robots_cost=self.tracker.robots_cost, objective=self.config.objective, cycle=self.cycle)
             self._ranking.extend(plan.head)
@@ -322,7 +328,7 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.set_value("costsched/plan/yield_only", len(self.tracker.yield_only & self._planned.keys()))
         # Refresh budget the plan does not use flows to discovery (all of it on a first run), which
         # includes what the new pages planned hubs reveal are expected to cost.
-        self._discovery_allowance = max(remaining - planned_cost - robots, 0.0)
+        self._discovery_allowance = max(remaining - session - planned_cost - robots, 0.0)
         self.stats.set_value("costsched/plan/hubs", sum(map(leads_to_new_pages, planned)))
         if scout is not None:
             self.stats.set_value("costsched/plan/scout", 1)
@@ -332,9 +338,10 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         scouted = None if scout is None else self.tracker.page(scout.key)
         unit = self.tracker.billing.unit
-        logger.info("%s: %s; planned %d of %d ranked known pages%s, %s kept for discovery%s",
+        logger.info("%s: %s; planned %d of %d ranked known pages%s%s, %s kept for discovery%s",
                     self.tracker.who, self.tracker.ledger.left(), self._plan_end, len(self._ranking),
                     f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
+                    f", {amount(session, unit)} for session steps (as many as the last run's)" if session else "",
                     amount(self._discovery_allowance, unit, ".0f"),
                     "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
                     "pays for: no other planned page leads to new ones)")
@@ -410,6 +417,8 @@ class CostAwareScheduler(BaseScheduler):
         """Pass *request* on if the plan or the discovery share wants it (see the class docstring)."""
         if not self.config.enabled:
             return self.fallback.enqueue_request(request)
+        if request.meta.get(SESSION_META):
+            return self._enqueue_session_step(request)
         if PAGE_META in request.meta:
             return self._enqueue_attempt(request)
         key = self.tracker.fingerprint(request)
@@ -441,6 +450,44 @@ class CostAwareScheduler(BaseScheduler):
         index = score(candidate, self.config.objective, cycle=self.cycle)
         heapq.heappush(self._discovery, (-index, next(self._arrivals), key, request))
         return True
+
+    def _enqueue_session_step(self, request: Request) -> bool:
+        """A request that sets up the crawl's session (``costsched_session``), or its redirect or retry: not a page,
+        so neither planned nor recorded; charged as an attempt of a visit under way is, ahead of first attempts
+        merely queued, and planned pages wait for it (:meth:`_session_pending`)."""
+        for name in (PAGE_META, VISIT_META, SUBREQUEST_META, REASON_META):  # meta copied from a page's response
+            request.meta.pop(name, None)
+        self.tracker.sessions.saw(request)
+        self._session_seen = True
+        request.meta[SESSION_STEP_META] = self.tracker.visits.new_token()  # this run's (see _next_in_turn)
+        if not self.budgeted:
+            if not self.fallback.enqueue_request(request):
+                return False
+            self.stats.inc_value("costsched/session_steps")
+            return True
+        self.tracker.ledger.release(request)  # a redirect's or retry's: the attempt before it was charged
+        cost = self.tracker.planned_cost(request.meta, attempt=True)
+        if not self.tracker.ledger.affords(cost):
+            self.stats.inc_value("costsched/skipped/budget")
+            return False
+        if not self._pass_on(request, cost, "costsched/session_steps"):
+            return False
+        self._session_queued += 1
+        return True
+
+    def _session_pending(self) -> bool:
+        """Whether a session step is queued here, or in the engine's hands: downloading, or its callback still
+        running (which may yield the next step). The engine keeps a request in its slot's ``inprogress`` from
+        the scheduler until its response's callback output is handled, or its redirect or retry is scheduled."""
+        if not self._session_seen:
+            return False
+        if self._session_queued > 0:
+            return True
+        try:
+            slot = getattr(self.crawler.engine, "_slot", None)
+        except RuntimeError:  # Scrapy 2.19: no engine yet
+            return False
+        return slot is not None and any(request.meta.get(SESSION_META) for request in slot.inprogress)
 
     def _not_planned(self, request: Request, key: str) -> bool:
         """A known page outside the plan: skipped (a start URL is reported at the close, see :meth:`close`)."""
@@ -597,6 +644,8 @@ class CostAwareScheduler(BaseScheduler):
             request = self._next_sendable()
         if request is not None and self.budgeted:
             self.tracker.ledger.dispatch(request)
+            if request.meta.get(SESSION_META):
+                self._session_queued -= 1
         return request
 
     def _next_sendable(self) -> Request | None:
@@ -622,6 +671,8 @@ class CostAwareScheduler(BaseScheduler):
                 return request
             if wait > self.config.block_wait:
                 self.tracker.paused(request)
+                if request.meta.get(SESSION_META):
+                    self._session_queued -= 1
                 continue
             host = urlparse_cached(request).hostname or ""
             self._waiting.setdefault(host, deque()).append(request)
@@ -647,7 +698,8 @@ class CostAwareScheduler(BaseScheduler):
                 return waited
         while (sum(map(len, self._slot_queues.values())) < self._slot_queue_limit
                and (queued := self.fallback.next_request()) is not None):
-            request = queued if self.tracker.visits.issued(queued.meta.get(VISIT_META)) else self._resumed(queued)
+            token = queued.meta.get(VISIT_META, queued.meta.get(SESSION_STEP_META))
+            request = queued if self.tracker.visits.issued(token) else self._resumed(queued)
             if request is None:
                 continue
             slot = self._slot_of(request) if self.budgeted and REFUSED_META not in request.meta else None
@@ -749,6 +801,8 @@ class CostAwareScheduler(BaseScheduler):
             cost = self.tracker.planned_cost(new_request.meta, key)
             self._discovery_spent += cost
             moved += self._admit(new_request, key, cost, "discovery")
+        if self._session_pending():  # the planned pages need the session it sets up
+            return moved > 0
         if self._next_planned_fits():
             upcoming = self._ranking.keys[self._cursor:min(self._cursor + TOP_UP, self._plan_end)]
             self.tracker.prefetch([key for key in upcoming if key not in self._dispatched

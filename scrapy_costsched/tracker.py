@@ -51,6 +51,7 @@ from scrapy_costsched.pages import (
     stored_item,
 )
 from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
+from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
 from scrapy_costsched.slots import HostPaused
 from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
@@ -184,6 +185,7 @@ class Tracker:
         # Billed bytes of each redirect a page's visit went through, until its answer is measured.
         self._hops: dict[str, list[float]] = {}
         self._unstorable: set[str] = set()
+        self.sessions = SessionSteps()
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self._valued: set[str] = set()  # pages the spider gave a value in this run (costsched_value or its hook)
@@ -279,6 +281,7 @@ class Tracker:
         if carried is not None:
             self.accounts.current.carried += carried.amount
         self._unstorable = set(store.get_meta("unstorable_callbacks") or ())
+        self.sessions = SessionSteps.from_state(store.get_meta("session_steps"))
         self.volatile = VolatileFields.from_state(store.get_meta("volatile_fields") or {})
         self.stats.set_value("costsched/period_spent_at_start", self.ledger.spent_at_start)
         self.stats.set_value("costsched/open_seconds", time.perf_counter() - started)
@@ -427,6 +430,7 @@ class Tracker:
             self.stats.set_value("costsched/unsent_at_close", unsent)
         self.ledger.close()
         self.hosts.report(self.now() / DAY)
+        self.store.set_meta("session_steps", self.sessions.to_state())
         self._save()
         self._summarise(reason)
         if not _reactor_running():
@@ -693,6 +697,13 @@ class Tracker:
         depth_limit = self.crawler.settings.getint("DEPTH_LIMIT")
         if depth_limit and request.meta.get("depth", 0) > depth_limit:
             self.stats.inc_value("costsched/skipped/depth_limit")
+            return None
+        if self.sessions.shapes and request in self.sessions:
+            # Recorded before the spider marked such requests session steps: not a page, so not replayed (it
+            # waits as a retired page does, and is left out again then).
+            self.stats.inc_value("costsched/skipped/session_step")
+            page.not_before = self._periods_after(self.now(), GONE_RECHECK_PERIODS)
+            self.pages.changed(key, page)
             return None
         if self._raise_value(page, self._value_from(request, request.meta.get("costsched_value"))):
             self.pages.changed(key, page)
@@ -983,6 +994,8 @@ class Tracker:
             # as it was planned: the crawler cannot see it. Requests are counted and bytes measured instead.
             cost = price
         self.ledger.charge(request, cost)
+        if request.meta.get(SESSION_META):
+            self.sessions.spent += cost
         self.stats.inc_value(f"costsched/attempts/{'response' if status is not None else 'failed'}")
         self.stats.inc_value("costsched/bytes/sent", sent)
         self.stats.inc_value("costsched/bytes/received", received)

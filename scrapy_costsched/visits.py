@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import IgnoreRequest
 
 from scrapy_costsched.ledger import HOLD_META
+from scrapy_costsched.sessions import SESSION_STEP_META
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -37,10 +38,11 @@ NOT_MODIFIED_META = "costsched_not_modified"
 REFUSED_META = "costsched_refused"
 #: Request meta a spider sets to receive its 304s (``COSTSCHED_DELIVER_NOT_MODIFIED`` for every request).
 DELIVER_META = "costsched_deliver_not_modified"
-#: Every key the library sets on a request for one run's visit (the ledger's reservation among them): never
-#: part of a stored template, and stripped from a request a stopped run left in a disk queue (``JOBDIR``).
+#: Every key the library sets on a request for one run's visit or session step (the ledger's reservation among
+#: them): never part of a stored template, and stripped from a request a stopped run left in a disk queue
+#: (``JOBDIR``).
 RUN_META = frozenset({PAGE_META, VISIT_META, SUBREQUEST_META, REASON_META, HOLD_META, VALIDATORS_META, REFETCH_META,
-                      NOT_MODIFIED_META, REFUSED_META})
+                      NOT_MODIFIED_META, REFUSED_META, SESSION_STEP_META})
 
 
 class AttemptRefused(IgnoreRequest):

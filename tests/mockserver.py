@@ -10,7 +10,7 @@ import time
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 
 class _Server(ThreadingHTTPServer):
@@ -53,7 +53,9 @@ class EdgeSite(_LoopbackServer):
     ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
     (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day,
     disallows), ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer,
-    as a scraping API relays it). Loopback only. *page_headers* go out with every ``/page`` and ``/flaky``
+    as a scraping API relays it); members only, ``/members/N`` (a page, for a session cookie a ``POST /login``
+    with the one-time token of a ``/login`` form sets, else a redirect to ``/login?next=...``) and
+    ``/welcome``, where a log-in redirects (``POST /login`` counts in *hits*). Loopback only. *page_headers* go out with every ``/page`` and ``/flaky``
     answer. With *validators* pages carry an ETag and honour ``If-None-Match``; *flaky_odd* makes
     ``/flaky`` answer 503 to every odd hit; *moved* maps paths to the targets of redirects with status
     *moved_status* (301); *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
@@ -72,6 +74,8 @@ class EdgeSite(_LoopbackServer):
         self.requests: list[tuple[str, str | None]] = []  # path, If-None-Match
         self.cookies: list[tuple[str, str | None]] = []  # path, Cookie
         self.body_bytes = 0
+        self.tokens: set[str] = set()  # log-in form tokens given out and not used yet
+        self.sessions: set[str] = set()
         self._lock = threading.Lock()
         site = self
 
@@ -84,7 +88,18 @@ class EdgeSite(_LoopbackServer):
                     site.cookies.append((self.path, self.headers.get("Cookie")))
                 path = self.path.removeprefix("/api?url=")
                 kind, _, number = path.strip("/").partition("/")
-                if path in site.moved:
+                cookie = self.headers.get("Cookie") or ""
+                member = any(part.strip().removeprefix("sid=") in site.sessions for part in cookie.split(";"))
+                if kind == "login":
+                    token = f"t{len(site.tokens)}-{time.monotonic_ns()}"
+                    site.tokens.add(token)
+                    self._send(200, f"<html><form method=post action=/login><input type=hidden name=token "
+                                    f"value={token}></form></html>".encode(), {"Content-Type": "text/html"})
+                elif kind in ("members", "welcome") and not member:
+                    self._send(302, b"", {"Location": f"/login?next={path}"})
+                elif kind == "welcome":
+                    self._send(200, b"<html><h1>welcome</h1></html>", {"Content-Type": "text/html"})
+                elif path in site.moved:
                     self._send(site.moved_status, b"", {"Location": site.moved[path]})
                 elif kind == "robots.txt":
                     self._send(200, b"User-agent: *\nDisallow: /private/\n",
@@ -97,7 +112,7 @@ class EdgeSite(_LoopbackServer):
                     self._send(503, b"busy")
                 elif kind == "sized" and number.isdigit():
                     self._send(200, f"<html><p>{'x' * 100 * int(number)}</p></html>".encode(), {"Content-Type": "text/html"})
-                elif kind in ("page", "flaky", "sometimes", "private"):
+                elif kind in ("page", "flaky", "sometimes", "private", "members"):
                     etag = f'"{kind}-{number}-v{site.version}"'
                     if site.validators and self.headers.get("If-None-Match") == etag:
                         self._send(304, b"", {"ETag": etag})
@@ -111,6 +126,21 @@ class EdgeSite(_LoopbackServer):
                     self._send(200, body, headers)
                 else:
                     self._send(404, b"gone")
+
+            def do_POST(self) -> None:
+                form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+                with site._lock:
+                    site.hits[f"POST {self.path}"] = site.hits.get(f"POST {self.path}", 0) + 1
+                    token = form.get("token", [""])[0]
+                    valid = self.path == "/login" and token in site.tokens
+                    site.tokens.discard(token)
+                    session = f"s{len(site.sessions)}"
+                    if valid:
+                        site.sessions.add(session)
+                if valid:
+                    self._send(302, b"", {"Location": "/welcome", "Set-Cookie": f"sid={session}; Path=/"})
+                else:
+                    self._send(403, b"<html><h1>bad token</h1></html>", {"Content-Type": "text/html"})
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
                 super()._send(status, body, headers)

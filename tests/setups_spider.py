@@ -4,7 +4,9 @@
 (with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
 ``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on each start request
 (as spiders choose a region or a currency); ``-a carry=1`` passes an item to the callback in each start
-request's meta (as older spiders build an item across pages); ``-a odd=1`` adds a set field (iterated in a different order
+request's meta (as older spiders build an item across pages); ``-a login=1`` logs in first (the ``/login``
+form, then its POST, both marked ``costsched_session``; ``login=unmarked`` leaves them unmarked) and yields
+its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
 in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
@@ -35,7 +37,7 @@ class SetupsSpider(StatsFileSpider):
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
-                 **kwargs: Any) -> None:
+                 login: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -48,8 +50,28 @@ class SetupsSpider(StatsFileSpider):
         self.cookies: dict[str | bytes, str | bytes | bool | float | int] = {name: value} if cookie else {}
         self.carry = bool(carry)
         self.errback = bool(errback)
+        self.login = login
 
     async def start(self) -> Any:
+        if self.login:
+            yield scrapy.Request(self.site + "/login", callback=self.parse_login, meta=self._session_meta())
+            return
+        for request in self._start_requests():
+            yield request
+
+    def _session_meta(self) -> dict[str, Any]:
+        return {"costsched_session": True} if self.login != "unmarked" else {}
+
+    def parse_login(self, response: Any) -> Any:
+        token = response.css("input[name=token]::attr(value)").get()
+        yield scrapy.FormRequest(self.site + "/login", formdata={"token": token}, callback=self.after_login,
+                                 meta=self._session_meta())
+
+    def after_login(self, response: Any) -> Any:
+        if response.css("h1::text").get() == "welcome":
+            yield from self._start_requests()
+
+    def _start_requests(self) -> Any:
         for path in self.paths:
             url = path if "://" in path else self.site + path
             if self.carry:

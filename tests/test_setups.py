@@ -664,3 +664,42 @@ def test_the_report_tells_re_baselined_pages_from_new_ones(crawls: Crawls) -> No
     periods = json.loads(crawls.report("--json"))["periods"]
     assert [(p["figures"]["new"], p["figures"]["rebaselined"]) for p in periods] == [(2, 0), (1, 2)]
     assert "; 2 re-baselined (not new, not comparable with their last record" in crawls.report()
+
+
+def test_a_site_behind_a_login_gets_its_planned_pages_once_the_spider_has_logged_in(crawls: Crawls) -> None:
+    """Found in a trial with a members-only catalogue: the spider logs in first (a form, then its POST), and the
+    scheduler re-issued the planned product pages at once, before the POST, so each was redirected to the log-in
+    page (24 of 30 requests on one day). The log-in requests, marked ``costsched_session``, now go first and the
+    planned pages wait for them; they are charged, and not pages: never planned, re-issued or recorded."""
+    paths = ",".join(f"/members/{n}" for n in range(1, 9))
+    first = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="1")
+    assert first.hits["POST /login"] == 1
+    crawls.site.version = 1
+    second = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="1")
+    assert not [path for path in second.hits if path.startswith("/login?next=")], second.hits
+    assert second.hits["POST /login"] == 1
+    assert {path: second.hits.get(path) for path in paths.split(",")} == dict.fromkeys(paths.split(","), 1)
+    assert first.stats["costsched/session_steps"] == 3  # the form, its POST and the POST's redirect
+    assert first.stats["costsched/visits"] == 8
+    assert second.stats["costsched/changed"] == 8
+    assert second.stats["costsched/plan/planned"] == 8  # the members' pages only
+    assert "3 requests for session steps (as many as the last run's)" in second.log
+    assert second.stats["costsched/spent"] == 12  # robots.txt, three session steps, eight pages
+    assert "spider_exceptions" not in json.dumps(second.stats)
+    pages = read_state(crawls.tmp / "state.sqlite")["pages"].values()
+    assert sorted(page["url"].removeprefix(crawls.site.url) for page in pages) == sorted(paths.split(","))
+
+
+def test_pages_recorded_for_log_in_requests_before_they_were_marked_are_not_replayed(crawls: Crawls) -> None:
+    """A spider that logged in without marking its requests left the log-in form, its POST (with that day's form
+    token) and the welcome page in the state as pages: replayed, the stale POST fails. Once the spider marks
+    its log-in requests, pages of their method, URL and callback are no longer re-issued."""
+    paths = "/members/1,/members/2"
+    unmarked = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="unmarked")
+    assert unmarked.hits["POST /login"] == 1
+    marked = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="1")
+    assert (marked.hits["/login"], marked.hits["POST /login"]) == (1, 1)  # the spider's own; neither replayed
+    assert marked.stats["costsched/skipped/session_step"] == 2  # the form's page and the POST's
+    later = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="1")
+    assert later.stats["costsched/plan/known_pages"] == 2  # they wait as retired pages do
+    assert "costsched/skipped/session_step" not in later.stats
