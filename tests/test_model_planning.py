@@ -50,6 +50,20 @@ def test_a_backlog_that_outranks_every_hub_gets_a_scout_from_the_rest_of_the_ran
     assert HUB.key not in {c.key for c in plan.rest}
 
 
+def test_the_scout_is_the_hub_expected_to_reveal_the_most_for_its_cost_not_the_best_ranked() -> None:
+    """Found in a trial: where every page changes daily, a hub's own changes put its index level with the
+    rest, and the best ranked hub was a listing's sixth page (0.7 new pages expected) rather than its first
+    (3.6): that day's new products were not found."""
+    tail_page = Candidate("page6", 1.0, 2.7, 2.0, 1.0, hub=Discovery(rate=0.35, value=1.0, cost=1.0, page_rate=2.5))
+    first_page = Candidate("page1", 1.0, 3.7, 1.0, 1.0, hub=Discovery(rate=3.6, value=1.0, cost=1.0, page_rate=2.5))
+    backlog = [Candidate(f"p{i}", 5.0, 1.0, 30.0, 1.0) for i in range(20)]
+    ranked = [c.key for _, c in rank([tail_page, first_page], cycle=1.0)]
+    assert ranked == ["page6", "page1"]  # by index, the sixth page first
+    plan = make_plan([*backlog, tail_page, first_page], 10.0, reserve_share=0.2, host_of=lambda key: "a",
+                     capacity_of=lambda host: 100, robots_cost=lambda hosts: 0.0, cycle=1.0)
+    assert plan.scout == first_page
+
+
 def test_no_scout_for_a_host_whose_download_slot_is_full() -> None:
     assert _plan(capacities={"b": 0}).scout is None
     assert _plan(capacities={"b": 1}).scout == HUB

@@ -113,9 +113,12 @@ def _affordable(ranking: list[Candidate], budget: float) -> list[Candidate]:
 def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: list[Candidate], reserve: float,
            host_of: Callable[[str], str | None], capacity: Callable[[str], int], objective: str,
            cycle: float) -> tuple[float, Candidate] | None:
-    """The hub the discovery reserve pays a visit to when no planned page is a hub: the best ranked of
-    those whose visit *reserve* affords, whose host's download slot has room for one more visit, and that
-    are expected to reveal a new page every other visit at least.
+    """The hub the discovery reserve pays a visit to when no planned page is a hub: of those whose visit
+    *reserve* affords, whose host's download slot has room for one more visit, and that are expected to
+    reveal a new page every other visit at least, the one expected to reveal the most new pages' value for
+    its cost (the best ranked among equals). The ranking prices a hub's own changes too, so where every page
+    changes daily it ties hubs that reveal ten times fewer (a trial's catalogue scouted its sixth page, 0.7
+    new products expected, over its first, 3.6).
 
     The reserve is for what the ranking cannot see (design: reserves), and new URLs are found only
     through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high
@@ -130,6 +133,7 @@ def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: 
     hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
     hubs += rank([candidate for candidate in rest if candidate.hub is not None], objective, cycle=cycle)
     visits: Counter[str | None] | None = None
+    best: tuple[float, tuple[float, Candidate]] | None = None
     for entry in hubs:
         candidate = entry[1]
         if not leads_to_new_pages(candidate) or candidate.expected_cost > reserve:
@@ -140,5 +144,9 @@ def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: 
                 visits = Counter(host_of(c.key) for c in planned)
             if visits[host] >= capacity(host):
                 continue
-        return entry
-    return None
+        hub = candidate.hub
+        assert hub is not None  # typing: leads_to_new_pages
+        reveals = expected_new(hub.rate, candidate.elapsed, hub.cap) * hub.value / candidate.expected_cost
+        if best is None or reveals > best[0]:
+            best = (reveals, entry)
+    return None if best is None else best[1]
