@@ -470,14 +470,16 @@ class Tracker:
         ) if count)
         logger.info(
             "%s: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
-            "%d failed%s; spent %s%s; %s; next period starts in %.1f h",
+            "%d failed%s; spent %s%s%s; %s; next period starts in %.1f h",
             self.who, reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
             self._not_modified_observed(), others, get("costsched/failed", 0) - ignored,
             f"; {ignored} more refused before download (robots.txt, offsite rules or a downloader middleware)"
             if ignored else "",
-            amount(spent, self.billing.unit), per_change(spent, changed, self.billing.unit),
+            amount(spent, self.billing.unit),
+            f", {amount(self.sessions.spent, self.billing.unit)} of them on session steps" if self.sessions.spent else "",
+            per_change(spent, changed, self.billing.unit),
             "shadow mode, nothing skipped" if self.config.shadow else
             self.ledger.left(),
             max(period_end - self.now(), 0.0) / 3600.0)

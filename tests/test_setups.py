@@ -685,6 +685,7 @@ def test_a_site_behind_a_login_gets_its_planned_pages_once_the_spider_has_logged
     assert second.stats["costsched/plan/planned"] == 8  # the members' pages only
     assert "3 requests for session steps (as many as the last run's)" in second.log
     assert second.stats["costsched/spent"] == 12  # robots.txt, three session steps, eight pages
+    assert "spent 12 requests, 3 requests of them on session steps (1.5 requests per change)" in second.log
     assert "spider_exceptions" not in json.dumps(second.stats)
     pages = read_state(crawls.tmp / "state.sqlite")["pages"].values()
     assert sorted(page["url"].removeprefix(crawls.site.url) for page in pages) == sorted(paths.split(","))
