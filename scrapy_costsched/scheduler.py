@@ -417,7 +417,7 @@ class CostAwareScheduler(BaseScheduler):
         """Pass *request* on if the plan or the discovery share wants it (see the class docstring)."""
         if not self.config.enabled:
             return self.fallback.enqueue_request(request)
-        if request.meta.get(SESSION_META):
+        if request.meta.get(SESSION_META) or self._leads_to_session(request):
             return self._enqueue_session_step(request)
         if PAGE_META in request.meta:
             return self._enqueue_attempt(request)
@@ -473,6 +473,15 @@ class CostAwareScheduler(BaseScheduler):
         if not self._pass_on(request, cost, "costsched/session_steps"):
             return False
         self._session_queued += 1
+        return True
+
+    def _leads_to_session(self, request: Request) -> bool:
+        """Whether *request* is a start request of the shape of one whose callback yielded session steps in an
+        earlier run (the log-in page among ``start_urls``, whose request the spider cannot mark): then it is
+        marked as a session step too (:meth:`Tracker.session_from`)."""
+        if not (self.tracker.sessions.shapes and request.meta.get("is_start_request") and request in self.tracker.sessions):
+            return False
+        request.meta[SESSION_META] = True
         return True
 
     def _session_pending(self) -> bool:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
+from scrapy_costsched.sessions import SESSION_META
 from scrapy_costsched.tracker import Tracker
 from scrapy_costsched.visits import PAGE_META, Visit
 
@@ -51,7 +52,9 @@ class CostSchedSpiderMiddleware:
 
     def _note(self, visit: Visit, response: Response, output: Any) -> None:
         if isinstance(output, Request):
-            if output.meta.get(PAGE_META) == visit.page_key:
+            if output.meta.get(SESSION_META):  # neither a link to a page nor part of this visit
+                self.tracker.session_from(response)
+            elif output.meta.get(PAGE_META) == visit.page_key:
                 self.tracker.add_subrequest(visit, output)
             else:
                 self.tracker.add_outlink(visit, output)

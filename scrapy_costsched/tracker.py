@@ -917,6 +917,17 @@ class Tracker:
 
     # -- the ledger's signals ----------------------------------------------
 
+    def session_from(self, response: Response) -> None:
+        """A callback of *response*, a page's, yielded a session step. A start URL that does is the log-in page of a
+        spider that lists it in ``start_urls``, whose request it cannot mark: from the next run on, a start request
+        of its shape is a session step too (sent first, and not a page), and the page is not re-issued."""
+        request = response.request
+        if request is None or not request.meta.get("is_start_request") or request in self.sessions:
+            return
+        self.sessions.saw(request)
+        logger.info("%s: start URL %s leads to session steps (costsched_session): from the next run on it is taken "
+                    "for one (sent first, and not a page)", self.who, request.url)
+
     def admitted(self, request: Request, key: str, reason: str) -> None:
         """The scheduler lets *request* go out as the visit of page *key*."""
         request.meta[PAGE_META] = key

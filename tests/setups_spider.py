@@ -5,8 +5,8 @@
 ``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on each start request
 (as spiders choose a region or a currency); ``-a carry=1`` passes an item to the callback in each start
 request's meta (as older spiders build an item across pages); ``-a login=1`` logs in first (the ``/login``
-form, then its POST, both marked ``costsched_session``; ``login=unmarked`` leaves them unmarked) and yields
-its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
+form, then its POST, both marked ``costsched_session``; ``login=post`` marks the POST alone, as a spider with
+the form in ``start_urls`` can; ``login=unmarked`` neither) and yields its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
 in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
@@ -54,18 +54,16 @@ class SetupsSpider(StatsFileSpider):
 
     async def start(self) -> Any:
         if self.login:
-            yield scrapy.Request(self.site + "/login", callback=self.parse_login, meta=self._session_meta())
+            yield scrapy.Request(self.site + "/login", callback=self.parse_login,
+                                 meta={"costsched_session": True} if self.login == "1" else {})
             return
         for request in self._start_requests():
             yield request
 
-    def _session_meta(self) -> dict[str, Any]:
-        return {"costsched_session": True} if self.login != "unmarked" else {}
-
     def parse_login(self, response: Any) -> Any:
         token = response.css("input[name=token]::attr(value)").get()
         yield scrapy.FormRequest(self.site + "/login", formdata={"token": token}, callback=self.after_login,
-                                 meta=self._session_meta())
+                                 meta={"costsched_session": True} if self.login != "unmarked" else {})
 
     def after_login(self, response: Any) -> Any:
         if response.css("h1::text").get() == "welcome":

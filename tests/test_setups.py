@@ -704,3 +704,21 @@ def test_pages_recorded_for_log_in_requests_before_they_were_marked_are_not_repl
     later = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="1")
     assert later.stats["costsched/plan/known_pages"] == 2  # they wait as retired pages do
     assert "costsched/skipped/session_step" not in later.stats
+
+
+def test_a_log_in_form_among_the_start_urls_is_taken_for_a_session_step_once_its_callback_yields_one(
+        crawls: Crawls) -> None:
+    """Scrapy's docs log in from a form in ``start_urls``, whose request a spider cannot mark: its callback marks the
+    POST alone. The form's page then went out as a page, and the planned pages with it, before the POST. A start
+    URL whose callback yields a session step is taken for one from the next run on."""
+    paths = ",".join(f"/members/{n}" for n in range(1, 5))
+    first = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="post")
+    assert f"start URL {crawls.site.url}/login leads to session steps (costsched_session): from the next run on" \
+        in first.log
+    crawls.site.version = 1
+    second = crawls.run("COSTSCHED_BUDGET=20", paths=paths, login="post")
+    assert not [path for path in second.hits if path.startswith("/login?next=")], second.hits
+    assert (second.hits["/login"], second.hits["POST /login"]) == (1, 1)
+    assert second.stats["costsched/session_steps"] == 3
+    assert second.stats["costsched/changed"] == 4
+    assert "leads to session steps" not in second.log
