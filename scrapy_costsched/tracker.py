@@ -915,8 +915,6 @@ class Tracker:
         return Discovery(links.rate(self.learner.link_prior_of(row.group)), self.resolve_value(self.config.default_value),
                          new_page_cost, self.prior_rate(group_of(host, "default")), links.cap)
 
-    # -- the ledger's signals ----------------------------------------------
-
     def session_from(self, response: Response) -> None:
         """A callback of *response*, a page's, yielded a session step. A start URL that does is the log-in page of a
         spider that lists it in ``start_urls``, whose request it cannot mark: from the next run on, a start request
@@ -927,6 +925,8 @@ class Tracker:
         self.sessions.saw(request)
         logger.info("%s: start URL %s leads to session steps (costsched_session): from the next run on it is taken "
                     "for one (sent first, and not a page)", self.who, request.url)
+
+    # -- the ledger's signals ----------------------------------------------
 
     def admitted(self, request: Request, key: str, reason: str) -> None:
         """The scheduler lets *request* go out as the visit of page *key*."""
