@@ -64,6 +64,17 @@ def test_the_scout_is_the_hub_expected_to_reveal_the_most_for_its_cost_not_the_b
     assert plan.scout == first_page
 
 
+def test_planned_pages_whose_links_reveal_next_to_nothing_do_not_stand_in_for_a_scout() -> None:
+    """Found in the same trial: a listing's later pages, planned for their own changes, have link histories too
+    (a new page every few weeks), and the scout was left out because a planned page had one."""
+    later_page = Candidate("page9", 50.0, 1.0, 1.0, 1.0, hub=Discovery(rate=0.05, value=1.0, cost=1.0, page_rate=2.5))
+    backlog = [Candidate(f"p{i}", 5.0, 1.0, 30.0, 1.0) for i in range(20)]
+    plan = make_plan([later_page, *backlog, HUB], 10.0, reserve_share=0.2, host_of=lambda key: "a",
+                     capacity_of=lambda host: 100, robots_cost=lambda hosts: 0.0, cycle=1.0)
+    assert later_page in plan.planned
+    assert plan.scout == HUB
+
+
 def test_no_scout_for_a_host_whose_download_slot_is_full() -> None:
     assert _plan(capacities={"b": 0}).scout is None
     assert _plan(capacities={"b": 1}).scout == HUB

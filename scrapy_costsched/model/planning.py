@@ -128,7 +128,7 @@ def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: 
     have been counted, hubs are known by their prior alike, so a front page may be scouted before its
     sections; one whose visits reveal nothing falls below the threshold after one or two.
     """
-    if reserve <= 0.0 or any(candidate.hub is not None for candidate in planned):
+    if reserve <= 0.0 or any(map(leads_to_new_pages, planned)):  # a listing's later pages reveal next to nothing
         return None
     hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
     hubs += rank([candidate for candidate in rest if candidate.hub is not None], objective, cycle=cycle)
