@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 #: The outcomes of a fetch that found no change: what a scheduler that knew would not have paid for.
 NO_CHANGE = ("unchanged", "not_modified")
-#: Page type of the requests that belong to no page (robots.txt, a request the spider made for no page).
+#: Page type of the requests that belong to no page (robots.txt, session steps).
 NO_PAGE = "-"
 #: Meta key prefix of a period's accounts.
 KEY_PREFIX = "accounts:"

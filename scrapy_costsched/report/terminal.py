@@ -102,7 +102,7 @@ def render_terminal(report: Report) -> str:
         ),
         _table(
             "Page types",
-            "'-': requests that belong to no page (robots.txt)",
+            "'-': requests that belong to no page (robots.txt, session steps)",
             ["page type", "pages", "visits", "spent", "changed", "per change", "no-change", "rate"],
             [[t.page_type, t.pages, t.figures.visits, amount(t.figures.spent, unit), t.figures.changed,
               amount(t.figures.cost_per_change, unit),
