@@ -31,7 +31,7 @@ from scrapy_costsched.tracker import DAY, GONE_AFTER, GONE_RECHECK_PERIODS, Trac
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -76,8 +76,8 @@ def check_revisit_settings(settings: BaseSettings) -> None:
     if settings.get("JOBDIR"):
         logger.info(
             "costsched: JOBDIR is set; its requests.seen would drop re-yielded URLs, so CostAwareScheduler "
-            "lets the visits it plans past the duplicate filter and deduplicates them itself, by fingerprint, "
-            "once per run."
+            "lets the visits it plans and the session steps past the duplicate filter and deduplicates them "
+            "itself, by fingerprint, once per run."
         )
 
 
@@ -97,19 +97,28 @@ def check_http_cache(settings: BaseSettings, budget_period: float) -> None:
 
 
 class PlannedVisitsPass(BaseDupeFilter):
-    """The wrapped scheduler's duplicate filter, except for the visits CostAwareScheduler let out.
+    """The wrapped scheduler's duplicate filter, except for the visits and session steps CostAwareScheduler let
+    out.
 
-    Those are deduplicated by the scheduler once per run, so a filter that remembers
-    across runs (``JOBDIR``'s ``requests.seen``) must not drop them; they are still
-    shown to it, so it keeps its record. Unlike ``dont_filter``, this leaves
-    ``allowed_domains`` (OffsiteMiddleware) in force.
+    Those go out once per run (the scheduler deduplicates visits by fingerprint, this filter session steps), so
+    a filter that remembers across runs (``JOBDIR``'s ``requests.seen``) must not drop them; they are still
+    shown to it, so it keeps its record. Unlike ``dont_filter``, this leaves ``allowed_domains``
+    (OffsiteMiddleware) in force. Found on a trial: with a ``JOBDIR`` kept from day to day, the redirect a
+    log-in POST answers with was dropped as seen the day before, and the spider never got past its log-in.
     """
 
-    def __init__(self, inner: BaseDupeFilter) -> None:
+    def __init__(self, inner: BaseDupeFilter, fingerprint: Callable[[Request], str]) -> None:
         self.inner = inner
+        self._fingerprint = fingerprint
+        self._session_steps: set[str] = set()  # this run's, by fingerprint
 
     def request_seen(self, request: Request) -> bool:
         seen = self.inner.request_seen(request)
+        if SESSION_STEP_META in request.meta:
+            key = self._fingerprint(request)
+            seen = key in self._session_steps
+            self._session_steps.add(key)
+            return seen
         return seen and VISIT_META not in request.meta
 
     def open(self) -> Deferred[None] | None:
@@ -208,7 +217,7 @@ class CostAwareScheduler(BaseScheduler):
         self.stats = tracker.stats
         inner_filter = getattr(fallback, "df", None)
         if self.budgeted and isinstance(inner_filter, BaseDupeFilter):
-            fallback.df = PlannedVisitsPass(inner_filter)  # type: ignore[attr-defined]
+            fallback.df = PlannedVisitsPass(inner_filter, tracker.fingerprint)  # type: ignore[attr-defined]
         self._dispatched: set[str] = set()
         # Pages fetched in this run as the target of another page's redirect, and whose visit fetched them.
         self._redirected_to: dict[str, str] = {}

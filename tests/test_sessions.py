@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import scrapy
+from scrapy.dupefilters import BaseDupeFilter
 
-from scrapy_costsched.sessions import REMEMBERED_STEPS, SessionSteps, shape_of
+from scrapy_costsched.scheduler import PlannedVisitsPass
+from scrapy_costsched.sessions import REMEMBERED_STEPS, SESSION_STEP_META, SessionSteps, shape_of
 
 
 def _post(url: str, token: str) -> scrapy.Request:
@@ -44,3 +46,18 @@ def test_what_cannot_be_read_is_read_as_nothing_stored() -> None:
         steps = SessionSteps.from_state(stored)
         assert (steps.shapes, steps.last_run_spent) == ({}, 0.0), stored
     assert SessionSteps.from_state({"shapes": ["GET / parse", 7], "spent": 2}).shapes == {"GET / parse": None}
+
+
+class _RemembersEverything(BaseDupeFilter):
+    """A filter that saw every request in an earlier run (``JOBDIR``'s ``requests.seen``)."""
+
+    def request_seen(self, request: scrapy.Request) -> bool:
+        return True
+
+
+def test_a_session_step_passes_a_filter_that_remembers_earlier_runs_once_per_run() -> None:
+    dupefilter = PlannedVisitsPass(_RemembersEverything(), lambda request: request.url)
+    step = scrapy.Request("https://example.com/welcome", meta={SESSION_STEP_META: 7})
+    assert not dupefilter.request_seen(step)
+    assert dupefilter.request_seen(step.copy())  # again in the same run
+    assert dupefilter.request_seen(scrapy.Request("https://example.com/page"))  # the rest as the filter says

@@ -722,3 +722,18 @@ def test_a_log_in_form_among_the_start_urls_is_taken_for_a_session_step_once_its
     assert second.stats["costsched/session_steps"] == 3
     assert second.stats["costsched/changed"] == 4
     assert "leads to session steps" not in second.log
+
+
+def test_a_jobdir_kept_from_day_to_day_lets_the_log_in_through_each_day(crawls: Crawls) -> None:
+    """Found in the members-only catalogue's trial: with the same ``JOBDIR`` the next day, its ``requests.seen``
+    dropped the redirect the log-in POST answers with (seen the day before), so the spider's ``after_login``
+    never ran (here, where the form's request is not ``dont_filter``, the form too). Session steps now pass it
+    as planned visits do, once per run."""
+    paths = "/members/1,/members/2"
+    job = f"JOBDIR={crawls.tmp / 'job'}"
+    first = crawls.run("COSTSCHED_BUDGET=20", job, paths=paths, login="1")
+    assert first.hits["/welcome"] == 1
+    second = crawls.run("COSTSCHED_BUDGET=20", job, paths=paths, login="1")
+    assert (second.hits.get("/login"), second.hits.get("POST /login"), second.hits.get("/welcome")) == (1, 1, 1)
+    assert "dupefilter/filtered" not in second.stats
+    assert second.stats["costsched/session_steps"] == 3
