@@ -144,6 +144,9 @@ class PageState:
     """Failed visits since the last one that answered; each doubles the wait before the next attempt."""
     gone_strikes: int = 0
     """Visits in a row that answered 404 or 410; the page is retired only after several."""
+    empty_strikes: int = 0
+    """Visits in a row that yielded none of the items the page used to while other pages of its type yielded
+    theirs: a page gone that still answers 200 ("sold"), counted as 404s are."""
     refusals: int = 0
     """Attempts in a row refused before download (robots.txt, offsite rules, a downloader middleware's
     ``IgnoreRequest``): like a 404, each says the page is not there for this crawl, and halves its worth."""
@@ -187,9 +190,12 @@ class PageState:
         estimate = self.estimate
         rate, low, high = (estimate.rate, estimate.low, estimate.high) if estimate else (None, None, None)
         cost = self.template["meta"].get("costsched_cost") if self.template else None
-        # A 404 or 410 since the last visit showed the page changed (it went missing) then.
-        last_seen = self.last_attempt if self.gone_strikes and self.last_visit is not None else self.last_visit
-        return [last_seen, rate, self.value, self.gone_strikes + self.refusals, self.template is not None, self.group,
+        # A 404 or 410 (or a visit without the page's items) since the last visit showed the page changed (it went
+        # missing) then.
+        missing = self.gone_strikes or self.empty_strikes
+        last_seen = self.last_attempt if missing and self.last_visit is not None else self.last_visit
+        return [last_seen, rate, self.value, self.gone_strikes + self.empty_strikes + self.refusals,
+                self.template is not None, self.group,
                 cost, low, high, self.not_before, self.links.to_json() if self.links is not None else None,
                 self.own_full_bytes, self.redirected]
 
@@ -262,7 +268,7 @@ class Summary(NamedTuple):
     """A page as planning sees it (the ``plan:`` row of the store).
 
     *last_seen* is when an answer last showed the page's state: its last visit, or
-    the last of the 404 and 410 answers in a row since; ``None`` for a page never
+    the last of the 404 and 410 answers (or visits without the page's items) in a row since; ``None`` for a page never
     visited. *strikes* counts those answers (rows written before held the last
     visit, and whether the page was retired, read as one strike) and the attempts
     in a row refused before download. *cost* is the

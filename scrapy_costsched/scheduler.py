@@ -48,6 +48,8 @@ REFRESH_PRIORITY_OFFSET = -10
 TOP_UP = 64
 #: Visits the plan left out that a sick host's visit is weighed against before it may sink.
 SINK_WINDOW = 16
+#: How the log says a page gone that still answers 200 answered (:meth:`Tracker._judge_emptied`).
+EMPTY_ANSWERS = "yielded none of the items it used to"
 
 _DEFEATING_MIDDLEWARES = {
     "scrapy_deltafetch.DeltaFetch": ("DELTAFETCH_ENABLED", "scrapy-deltafetch skips every URL it has seen once"),
@@ -530,12 +532,14 @@ class CostAwareScheduler(BaseScheduler):
                        "from that URL to drop this line)")
             elif page is not None and page.gone:
                 how = ("was refused before download (robots.txt, offsite rules or a downloader middleware)"
-                       if page.refusals else "answered 404 or 410")
+                       if page.refusals else EMPTY_ANSWERS if page.empty_strikes else "answered 404 or 410")
                 why = (f"it {how} {GONE_AFTER} times in a row, and is retired (tried again every "
                        f"{GONE_RECHECK_PERIODS} periods)")
             elif page is not None and page.not_before is not None and page.not_before > self.tracker.now():
                 if page.gone_strikes:
                     in_a_row, how = page.gone_strikes, "answered 404 or 410"
+                elif page.empty_strikes:
+                    in_a_row, how = page.empty_strikes, EMPTY_ANSWERS
                 elif page.refusals:
                     in_a_row, how = page.refusals, ("was refused before download (robots.txt, offsite rules or a "
                                                     "downloader middleware)")

@@ -179,6 +179,10 @@ class Tracker:
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         # Pages whose last attempt failed with no response yet, and whether it was refused before download.
         self._failed_attempts: dict[str, bool] = {}
+        # Pages that used to yield items and the spider yielded none for in this run, by page type, with the visit's
+        # time; and how many visits of each page type recorded items: judged together at close (_judge_emptied).
+        self._emptied: dict[str, list[tuple[str, float]]] = {}
+        self._yielded: dict[str, int] = {}
         self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
@@ -423,6 +427,7 @@ class Tracker:
                 self.pages.changed(key, page)
         self._unrecorded_bytes.clear()
         self._hops.clear()
+        self._judge_emptied()
         self._warn_volatile()
         self.accounts.close(self._group_of)
         unsent = self.ledger.release_all()
@@ -1341,6 +1346,9 @@ class Tracker:
         else:
             page.consecutive_failures = page.gone_strikes = 0
             page.gone, page.not_before, page.moved_to = False, None, None
+            if visit.item_hashes:
+                page.empty_strikes = 0
+                self._yielded[page.page_type] = self._yielded.get(page.page_type, 0) + 1
             if visit.not_modified:
                 outcome = "not_modified"
                 self.learner.not_modified(page, visit)
@@ -1356,18 +1364,21 @@ class Tracker:
                 # vanished page, not a change.
                 outcome = "empty"
                 self.stats.inc_value("costsched/extraction_empty")
-                # Items the spider yielded that the pipelines dropped or failed on are no selector's fault (found
-                # in a trial: a pipeline that raised for every item was taken for one).
-                happened = "yielded no items this time" if not visit.items_lost else \
-                    "had every item it yielded dropped or failed in the item pipelines this time"
-                cause = "A selector that stopped matching" if not visit.items_lost else \
-                    "A pipeline that drops or fails on every item (its errors are logged above)"
-                if not self._log_once(("empty", page.page_type),
-                                      "costsched: %s %s (it used to record items); not counted as a change. %s does "
-                                      "this to every page of a kind: such pages are counted in "
-                                      "costsched/extraction_empty and listed at DEBUG, this is said once per page type "
-                                      "(%r)", page.url, happened, cause, page.page_type):
-                    logger.debug("costsched: %s %s (it used to record items)", page.url, happened)
+                if visit.items_lost:
+                    # Items the spider yielded that the pipelines dropped or failed on are no selector's fault
+                    # (found in a trial: a pipeline that raised for every item was taken for one), nor the page's.
+                    if not self._log_once(("empty", page.page_type),
+                                          "costsched: %s had every item it yielded dropped or failed in the item "
+                                          "pipelines this time (it used to record items); not counted as a change. A "
+                                          "pipeline that drops or fails on every item (its errors are logged above) "
+                                          "does this to every page of a kind: such pages are counted in "
+                                          "costsched/extraction_empty and listed at DEBUG, this is said once per page "
+                                          "type (%r)", page.url, page.page_type):
+                        logger.debug("costsched: %s had every item it yielded dropped or failed in the item pipelines "
+                                     "(it used to record items)", page.url)
+                else:
+                    self._emptied.setdefault(page.page_type, []).append((key, visit.time))
+                    logger.debug("costsched: %s yielded no items this time (it used to record items)", page.url)
             else:
                 previous_fields = page.field_hashes
                 vouched = not visit.redirected and validator_stayed(page.etag, visit.etag, page.last_modified,
@@ -1427,6 +1438,55 @@ class Tracker:
                 "COSTSCHED_HASH_FIELDS). If it is content that really changes that often, keep it.",
                 name, page_type, volatile, counted, MIN_COMPARISONS, name)
             self.stats.inc_value("costsched/items/volatile_fields")
+
+    def _judge_emptied(self) -> None:
+        """Judge the run's visits that yielded none of the items their pages used to, page type by page type.
+
+        Where at least as many visits of the type recorded items, the extraction works and those pages are gone
+        while still answering 200 ("sold", "this job has been filled"): each empty visit in a row counts as a 404
+        does (:meth:`_strike`). Found in a trial: on a classifieds site, filled jobs were planned again every day,
+        as a visit without items never moved their last visit. Where most came back empty, a selector that
+        stopped matching is the likelier cause, and the pages keep their place in the plan until it is fixed.
+        """
+        for page_type, emptied in self._emptied.items():
+            yielded = self._yielded.get(page_type, 0)
+            first = self.page(emptied[0][0])
+            first_url = emptied[0][0] if first is None else first.url
+            if yielded < len(emptied):
+                logger.warning("costsched: %d %r pages yielded no items this time, though they used to (%s first), "
+                               "and %d of the type yielded any; not counted as changes. A selector that stopped "
+                               "matching does this to every page of a kind: such pages are counted in "
+                               "costsched/extraction_empty and listed at DEBUG",
+                               len(emptied), page_type, first_url, yielded)
+                continue
+            retired = 0
+            for key, when in emptied:
+                page = self.page(key)
+                if page is None:
+                    continue
+                page.empty_strikes += 1
+                retired += self._strike(page, page.empty_strikes, when)
+                self.pages.changed(key, page)
+            if retired:
+                self.stats.inc_value("costsched/empty_gone", retired)
+            logger.info("costsched: %d %r pages yielded none of the items they used to (%s first), while %d of the "
+                        "type yielded theirs: taken for pages gone that still answer 200 (\"sold\", \"no longer "
+                        "available\"); each such visit in a row halves a page's worth and doubles its wait, and %d in "
+                        "a row retire it (re-checked every %d periods; %d retired now, costsched/empty_gone). If they "
+                        "still show their items, the spider's selectors miss them.",
+                        len(emptied), page_type, first_url, yielded, GONE_AFTER, GONE_RECHECK_PERIODS, retired)
+        self._emptied.clear()
+        self._yielded.clear()
+
+    def _strike(self, page: PageState, strikes: int, when: float) -> bool:
+        """One more answer in a row that says *page* is not there (*strikes* of them): retired after
+        :data:`GONE_AFTER`, re-checked rarely; until then its next attempt waits, twice as long each time."""
+        if strikes >= GONE_AFTER:
+            page.gone = True
+            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
+            return True
+        page.not_before = self._periods_after(when, min(2 ** (strikes - 1), MAX_BACKOFF_PERIODS))
+        return False
 
     def _periods_after(self, when: float, periods: int) -> float:
         """When a page that failed at *when* may be tried again: as the budget period *periods* after *when*'s
@@ -1493,8 +1553,8 @@ class Tracker:
         moved = PageState.from_json(page.to_json())  # a copy: the retired page keeps its own
         template = moved_template(page.template, request) if page.template is not None else None
         return replace(moved, url=request.url, host=urlparse(request.url).hostname or "", template=template,
-                       etag=None, redirected=True, gone=False, gone_strikes=0, not_before=None, moved_to=None,
-                       consecutive_failures=0, refusals=0)
+                       etag=None, redirected=True, gone=False, gone_strikes=0, empty_strikes=0, not_before=None,
+                       moved_to=None, consecutive_failures=0, refusals=0)
 
     def redirected_to_fetched(self, key: str | None) -> None:
         """Page *key*'s visit ended in a redirect to a page this run fetched already, which is not followed (as
@@ -1518,13 +1578,7 @@ class Tracker:
         page.last_attempt = when
         page.gone_strikes += 1
         page.refusals = 0
-        if page.gone_strikes >= GONE_AFTER:
-            page.gone = True
-            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
-            outcome = "gone"
-        else:
-            page.not_before = self._periods_after(when, min(2 ** (page.gone_strikes - 1), MAX_BACKOFF_PERIODS))
-            outcome = "not_found"
+        outcome = "gone" if self._strike(page, page.gone_strikes, when) else "not_found"
         self.stats.inc_value(f"costsched/{outcome}")
         self.accounts.observed(key, page.host, page.page_type, outcome)
         self.pages.changed(key, page)

@@ -58,7 +58,8 @@ class EdgeSite(_LoopbackServer):
     ``/welcome``, where a log-in redirects (``POST /login`` counts in *hits*). Loopback only. *page_headers* go out with every ``/page`` and ``/flaky``
     answer. With *validators* pages carry an ETag and honour ``If-None-Match``; *flaky_odd* makes
     ``/flaky`` answer 503 to every odd hit; *moved* maps paths to the targets of redirects with status
-    *moved_status* (301); *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
+    *moved_status* (301); paths in *sold* answer 200 with a notice that the listing is no longer available;
+    *gzip* compresses bodies for clients that accept it. *requests* keeps each hit's
     conditional headers, *cookies* its ``Cookie`` header; *body_bytes* counts the body bytes written."""
 
     def __init__(self) -> None:
@@ -70,6 +71,7 @@ class EdgeSite(_LoopbackServer):
         self.flaky_odd = False
         self.moved: dict[str, str] = {}
         self.moved_status = 301
+        self.sold: set[str] = set()
         self.gzip = False
         self.requests: list[tuple[str, str | None]] = []  # path, If-None-Match
         self.cookies: list[tuple[str, str | None]] = []  # path, Cookie
@@ -101,6 +103,9 @@ class EdgeSite(_LoopbackServer):
                     self._send(200, b"<html><h1>welcome</h1></html>", {"Content-Type": "text/html"})
                 elif path in site.moved:
                     self._send(site.moved_status, b"", {"Location": site.moved[path]})
+                elif path in site.sold:
+                    self._send(200, b"<html><p class=sold>This listing is no longer available.</p></html>",
+                               {"Content-Type": "text/html"})
                 elif kind == "robots.txt":
                     self._send(200, b"User-agent: *\nDisallow: /private/\n",
                                {"Content-Type": "text/plain", "Cache-Control": "max-age=86400"})

@@ -80,6 +80,8 @@ class SetupsSpider(StatsFileSpider):
                                  errback=self.failed if self.errback else None)
 
     def parse_page(self, response: Any) -> Any:
+        if response.css("p.sold"):  # a listing gone that still answers 200: nothing to scrape
+            return
         title = response.css("h1::text").get()
         if self.chain and response.url.endswith("/page/6"):
             yield response.follow("/redirect/7", callback=self.parse_second_half, meta=response.meta,

@@ -539,6 +539,40 @@ def test_state_show_says_a_page_answered_404_since_its_last_visit(crawls: Crawls
     assert "0 failed (0 in a row); since then 404 or 410 1 time in a row" in crawls.show("/sometimes/2")
 
 
+def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls: Crawls) -> None:
+    """Found in a classifieds trial: a filled job's page answered 200 with a notice and the spider yielded nothing.
+    Such a visit did not move the page's last visit, so every filled job was planned again every day (one from
+    day 3 to day 8), a growing share of the budget. While other pages of the type yield their items, each visit
+    without them counts as a 404 does: the next waits one period, then two, and the third retires the page."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 7))
+    crawls.run("COSTSCHED_BUDGET=20", paths=paths)
+    crawls.site.sold = {"/page/1", "/page/2"}
+    days = [crawls.run("COSTSCHED_BUDGET=20", paths=paths) for _ in range(6)]
+    assert [day.hits.get("/page/1", 0) for day in days] == [1, 1, 0, 1, 0, 0]
+    assert all(day.hits["/page/6"] == 1 for day in days)  # the pages that are there, every day
+    assert [crawls.page(f"/page/{n}")["gone"] for n in (1, 2, 3)] == [True, True, False]
+    assert days[3].stats["costsched/empty_gone"] == 2
+    assert "2 'default' pages yielded none of the items they used to (" in days[0].log
+    assert "while 4 of the type yielded theirs: taken for pages gone that still answer 200" in days[0].log
+    assert (f"start URL {crawls.site.url}/page/1 not visited in this run: its last attempt yielded none of the items "
+            "it used to (2 in a row), so it waits" in days[2].log), days[2].log[-3000:]
+    assert "/page/1 not visited in this run: it yielded none of the items it used to 3 times in a row" in days[4].log
+
+
+def test_pages_of_a_type_that_all_come_back_without_items_keep_their_visits(crawls: Crawls) -> None:
+    """When no page of the type yields its items, a selector that stopped matching is the likelier cause: the pages
+    are not struck, and keep being visited, until the spider is fixed."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 4))
+    crawls.run("COSTSCHED_BUDGET=20", paths=paths)
+    crawls.site.sold = {f"/page/{n}" for n in range(1, 4)}
+    days = [crawls.run("COSTSCHED_BUDGET=20", paths=paths) for _ in range(2)]
+    assert [day.hits.get("/page/1", 0) for day in days] == [1, 1]
+    assert "costsched/empty_gone" not in days[1].stats
+    warning = "WARNING: costsched: 3 'default' pages yielded no items this time, though they used to ("
+    assert all(warning in day.log and "and 0 of the type yielded any" in day.log for day in days)
+    assert crawls.page("/page/1")["empty_strikes"] == 0
+
+
 def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_spent(crawls: Crawls) -> None:
     paths = ",".join(f"/page/{n}" for n in range(1, 9))
     first = crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0)  # a day's budget, all spent

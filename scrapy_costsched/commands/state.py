@@ -220,6 +220,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "consecutive_failures": page.consecutive_failures,
         "not_found_in_a_row": page.gone_strikes,
         "refused_in_a_row": page.refusals,
+        "empty_in_a_row": page.empty_strikes,
         "gone": page.gone,
         "moved_to": page.moved_to,
         "rate_per_day": {
@@ -309,6 +310,10 @@ def render(page: dict[str, Any]) -> str:
     if page["not_found_in_a_row"]:
         strikes = page["not_found_in_a_row"]
         visits_text += f"; since then 404 or 410 {strikes} time{'s' if strikes > 1 else ''} in a row"
+    if page["empty_in_a_row"]:
+        empties = page["empty_in_a_row"]
+        visits_text += (f"; since then without the items it used to yield {empties} time{'s' if empties > 1 else ''} "
+                        "in a row, while other pages of its type yielded theirs: planned at half its worth each time")
     if page["refused_in_a_row"]:
         refusals = page["refused_in_a_row"]
         visits_text += (f"; refused before download {refusals} time{'s' if refusals > 1 else ''} in a row (robots.txt, "
