@@ -569,7 +569,8 @@ class CostAwareScheduler(BaseScheduler):
     def _enqueue_attempt(self, request: Request) -> bool:
         """Retries, redirects and chained sub-requests of a visit already under way.
 
-        A permanent redirect to a page the crawl knows makes the visit that page's (:meth:`Tracker.moved`);
+        A permanent redirect to a page the crawl knows makes the visit that page's (:meth:`Tracker.moved`), unless
+        the spider parses that page with another callback: then the page is gone and the redirect is dropped;
         a page goes out once per run, by its own URL or as a redirect's target, as Scrapy's duplicate filter
         lets a URL out once: a redirect to a page that went out already is dropped, and a page a redirect
         reached is not re-issued from the plan.
@@ -580,7 +581,10 @@ class CostAwareScheduler(BaseScheduler):
             page, target = request.meta[PAGE_META], self.tracker.fingerprint(request)
             hop = target != page and self._redirected_to.get(target) != page
             if hop:
-                if self.tracker.moved(page, request, target):
+                moved = self.tracker.moved(page, request, target)
+                if moved == "away":
+                    return False
+                if moved:
                     request.meta[PAGE_META] = target
                 else:
                     self._redirected_to[target] = hop_of = page

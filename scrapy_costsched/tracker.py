@@ -15,7 +15,7 @@ import time
 import weakref
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
 from scrapy import signals
@@ -99,6 +99,19 @@ GONE_RECHECK_PERIODS = 30
 LIVE_AFTER_STRIKE = 0.5
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
+
+
+#: What a permanent redirect made of a page (:meth:`Tracker.moved`).
+Move = Literal["moved", "away"]
+
+
+def _parsed_otherwise(request: Request, landing: PageState) -> bool:
+    """Whether the spider parses *landing* with another callback (or ``CrawlSpider`` rule) than *request*'s."""
+    if landing.template is None:
+        return False
+    callback = getattr(request.callback, "__name__", None) or "parse"
+    return (callback, request.meta.get("rule")) != (landing.template.get("callback") or "parse",
+                                                   landing.template["meta"].get("rule"))
 
 
 def _reactor_running() -> bool:
@@ -471,6 +484,7 @@ class Tracker:
             (get("costsched/extraction_empty", 0), "without the items they used to yield"),
             (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
             (get("costsched/redirected_to_fetched", 0), "redirected to a page this run fetched already"),
+            (get("costsched/redirected_away", 0), "gone, redirected for good to a page of another kind"),
             (get("costsched/duplicate_fetch", 0), "fetched again in this run (learned from once)"),
         ) if count)
         logger.info(
@@ -1510,21 +1524,28 @@ class Tracker:
             page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
         self.stats.inc_value("costsched/failed")
 
-    def moved(self, key: str, request: Request, target: str) -> bool:
+    def moved(self, key: str, request: Request, target: str) -> Move | None:
         """Whether page *key* moved: it answered with a permanent redirect (301 or 308) to *request*, page
         *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
-        target's, as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later visits cost one
-        request, not two, and earn validators of their own. A target the crawl does not know yet takes the
-        page's history (:meth:`_moved_page`), on any host: OffsiteMiddleware dropped a redirect that
+        target's (``"moved"``), as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later
+        visits cost one request, not two, and earn validators of their own. A target the crawl does not know yet
+        takes the page's history (:meth:`_moved_page`), on any host: OffsiteMiddleware dropped a redirect that
         ``allowed_domains`` leave out when it was scheduled, before it came here, and lets through what it would
         let through re-issued (``dont_filter`` goes with the template). The target of any other redirect (a
-        "deal of the day") is reached through the old URL."""
+        "deal of the day") is reached through the old URL.
+
+        A known target that the spider parses with another callback (a sold listing sent to its category) is not
+        where the page went but where its site sends pages that are gone: *key* is retired all the same, and under
+        a budget the visit ends there (``"away"``): the redirect is not followed, as when the target was fetched
+        already in the run, so the target is not recorded from what another callback made of it and keeps its
+        own visit. Found in a classifieds trial, where an expired car's redirect took its category's visit.
+        """
         reasons = request.meta.get("redirect_reasons") or ()
         if not reasons or any(reason not in PERMANENT_REDIRECTS for reason in reasons):
-            return False
+            return None
         page = self.page(key)
         if target == key or page is None:
-            return False
+            return None
         known = self.pages.known(target)
         if not known:
             self.pages.changed(target, self._moved_page(page, request))
@@ -1532,6 +1553,18 @@ class Tracker:
         page.last_visit = page.last_attempt = self.now()  # its answer was seen: it moved (a page never visited too)
         page.not_before = self._periods_after(page.last_attempt, GONE_RECHECK_PERIODS)
         self.pages.changed(key, page)
+        landing = self.page(target) if known else None
+        if landing is not None and not self.config.shadow and _parsed_otherwise(request, landing):
+            self.accounts.observed(key, page.host, page.page_type, "gone")
+            self.stats.inc_value("costsched/redirected_away")
+            if not self._log_once(("away", ""), "costsched: %s redirects permanently to %s, a page the crawl knows that "
+                                  "the spider parses with another callback: taken for a page gone rather than moved, "
+                                  "the old URL is retired (re-checked every %d periods) and the redirect is not "
+                                  "followed (such redirects are counted in costsched/redirected_away and listed at "
+                                  "DEBUG)", page.url, request.url, GONE_RECHECK_PERIODS, level=logging.INFO):
+                logger.debug("costsched: %s redirects permanently to %s, parsed with another callback", page.url,
+                             request.url)
+            return "away"
         self.accounts.moved(key, target)
         _hand_over(self._unrecorded_bytes, key, target)  # the visit's bytes and redirects are the target's
         _hand_over(self._hops, key, target)
@@ -1543,7 +1576,7 @@ class Tracker:
                               "costsched/moved and listed at DEBUG)",
                               page.url, request.url, GONE_RECHECK_PERIODS, level=logging.INFO):
             logger.debug("costsched: %s moved permanently to %s", page.url, request.url)
-        return True
+        return "moved"
 
     def _moved_page(self, page: PageState, request: Request) -> PageState:
         """*page* at the URL of *request*, the redirect to where it moved (on its host or another): its history

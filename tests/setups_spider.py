@@ -37,10 +37,11 @@ class SetupsSpider(StatsFileSpider):
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
-                 login: str = "", **kwargs: Any) -> None:
+                 login: str = "", hubs: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
+        self.hubs = [path for path in hubs.split(",") if path]
         self.chain = bool(chain)
         if allowed:
             self.allowed_domains = allowed.split(",")
@@ -70,6 +71,8 @@ class SetupsSpider(StatsFileSpider):
             yield from self._start_requests()
 
     def _start_requests(self) -> Any:
+        for path in self.hubs:
+            yield scrapy.Request(self.site + path, callback=self.parse_hub)
         for path in self.paths:
             url = path if "://" in path else self.site + path
             if self.carry:
@@ -92,6 +95,10 @@ class SetupsSpider(StatsFileSpider):
             item["tags"] = {f"tag-{n}" for n in range(20)}
             item["specs"] = {1: "one", "b": 2}
         yield item
+
+    def parse_hub(self, response: Any) -> Any:
+        """Pages of another kind (a category, say), parsed by a callback of their own."""
+        yield {"url": response.url, "title": response.css("h1::text").get(), "hub": True}
 
     def failed(self, failure: Any) -> None:
         """An errback: what reaches it is counted."""

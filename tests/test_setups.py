@@ -573,6 +573,26 @@ def test_pages_of_a_type_that_all_come_back_without_items_keep_their_visits(craw
     assert crawls.page("/page/1")["empty_strikes"] == 0
 
 
+def test_a_page_redirected_for_good_to_a_page_of_another_kind_is_gone_and_leaves_that_page_its_visit(
+        crawls: Crawls) -> None:
+    """Found in a classifieds trial: an expired car's page answered 301 to its category, which the crawl knew. Taken
+    for a move, the redirect was followed and the category's visit was the car's: the car's callback parsed the
+    category (its links unfollowed that day) and the category's record was what that callback made of it."""
+    crawls.run("COSTSCHED_BUDGET=20", paths="/page/1,/page/2", hubs="/page/9")
+    crawls.site.moved = {"/page/1": "/page/9"}
+    run = crawls.run("COSTSCHED_BUDGET=20", "CONCURRENT_REQUESTS=1", paths="/page/1,/page/2")
+    assert (run.hits["/page/1"], run.hits["/page/9"]) == (1, 1)
+    assert run.stats["costsched/redirected_away"] == 1
+    gone = crawls.page("/page/1")
+    assert gone["gone"]
+    assert gone["moved_to"] == crawls.site.url + "/page/9"
+    hub = crawls.page("/page/9")
+    assert hub["visits"] == 2
+    items = [json.loads(line) for line in (crawls.tmp / "items.jsonl").read_text().splitlines()]
+    assert [item.get("hub") for item in items if item["url"].endswith("/page/9")] == [True, True]
+    assert "1 gone, redirected for good to a page of another kind" in run.log
+
+
 def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_spent(crawls: Crawls) -> None:
     paths = ",".join(f"/page/{n}" for n in range(1, 9))
     first = crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0)  # a day's budget, all spent
