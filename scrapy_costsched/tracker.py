@@ -1467,11 +1467,11 @@ class Tracker:
             first = self.page(emptied[0][0])
             first_url = emptied[0][0] if first is None else first.url
             if yielded < len(emptied):
-                logger.warning("costsched: %d %r pages yielded no items this time, though they used to (%s first), "
-                               "and %d of the type yielded any; not counted as changes. A selector that stopped "
-                               "matching does this to every page of a kind: such pages are counted in "
+                logger.warning("costsched: %r pages that yielded no items this time, though they used to: %d (%s "
+                               "first), and %d of the type yielded any; not counted as changes. A selector that "
+                               "stopped matching does this to every page of a kind: such pages are counted in "
                                "costsched/extraction_empty and listed at DEBUG",
-                               len(emptied), page_type, first_url, yielded)
+                               page_type, len(emptied), first_url, yielded)
                 continue
             retired = 0
             for key, when in emptied:
@@ -1483,12 +1483,12 @@ class Tracker:
                 self.pages.changed(key, page)
             if retired:
                 self.stats.inc_value("costsched/empty_gone", retired)
-            logger.info("costsched: %d %r pages yielded none of the items they used to (%s first), while %d of the "
-                        "type yielded theirs: taken for pages gone that still answer 200 (\"sold\", \"no longer "
+            logger.info("costsched: %r pages that yielded none of the items they used to: %d (%s first), while %d of "
+                        "the type yielded theirs: taken for pages gone that still answer 200 (\"sold\", \"no longer "
                         "available\"); each such visit in a row halves a page's worth and doubles its wait, and %d in "
                         "a row retire it (re-checked every %d periods; %d retired now, costsched/empty_gone). If they "
                         "still show their items, the spider's selectors miss them.",
-                        len(emptied), page_type, first_url, yielded, GONE_AFTER, GONE_RECHECK_PERIODS, retired)
+                        page_type, len(emptied), first_url, yielded, GONE_AFTER, GONE_RECHECK_PERIODS, retired)
         self._emptied.clear()
         self._yielded.clear()
 

@@ -100,7 +100,7 @@ def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any, capl
     assert run.page(URL).record_kind == "items"
     run.close()  # no page of the type yielded its items: said once, at the end of the run
     warned = [r.getMessage() for r in caplog.records if "yielded no items" in r.getMessage() and r.levelname == "WARNING"]
-    assert warned == [(f"costsched: 3 'Product' pages yielded no items this time, though they used to ({urls[0]} "
+    assert warned == [(f"costsched: 'Product' pages that yielded no items this time, though they used to: 3 ({urls[0]} "
                        "first), and 0 of the type yielded any; not counted as changes. A selector that stopped "
                        "matching does this to every page of a kind: such pages are counted in "
                        "costsched/extraction_empty and listed at DEBUG")]

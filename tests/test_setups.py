@@ -552,7 +552,7 @@ def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls:
     assert all(day.hits["/page/6"] == 1 for day in days)  # the pages that are there, every day
     assert [crawls.page(f"/page/{n}")["gone"] for n in (1, 2, 3)] == [True, True, False]
     assert days[3].stats["costsched/empty_gone"] == 2
-    assert "2 'default' pages yielded none of the items they used to (" in days[0].log
+    assert "'default' pages that yielded none of the items they used to: 2 (" in days[0].log
     assert "while 4 of the type yielded theirs: taken for pages gone that still answer 200" in days[0].log
     assert (f"start URL {crawls.site.url}/page/1 not visited in this run: its last attempt yielded none of the items "
             "it used to (2 in a row), so it waits" in days[2].log), days[2].log[-3000:]
@@ -568,7 +568,7 @@ def test_pages_of_a_type_that_all_come_back_without_items_keep_their_visits(craw
     days = [crawls.run("COSTSCHED_BUDGET=20", paths=paths) for _ in range(2)]
     assert [day.hits.get("/page/1", 0) for day in days] == [1, 1]
     assert "costsched/empty_gone" not in days[1].stats
-    warning = "WARNING: costsched: 3 'default' pages yielded no items this time, though they used to ("
+    warning = "WARNING: costsched: 'default' pages that yielded no items this time, though they used to: 3 ("
     assert all(warning in day.log and "and 0 of the type yielded any" in day.log for day in days)
     assert crawls.page("/page/1")["empty_strikes"] == 0
 
