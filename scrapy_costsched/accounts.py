@@ -37,8 +37,8 @@ class PeriodAccounts:
     outcomes are the tracker's observations: ``baseline`` (a first record), ``rebaseline`` (a record not
     comparable with the last: the hash configuration changed), ``changed``, ``unchanged`` (in full),
     ``not_modified`` (a 304), ``empty`` (no items where there used to be some), ``failed``, ``refused``
-    (refused before download: robots.txt, offsite rules, a middleware; no visit), ``not_found`` (a 404 or
-    410 not yet believed), ``gone`` and ``redirected`` (a redirect to a page the run fetched already, not
+    (refused before download: robots.txt, offsite rules, a middleware; no visit), ``not_found`` (a 404 not
+    yet believed), ``gone`` and ``redirected`` (a redirect to a page the run fetched already, not
     followed).
 
     *superseded* books are those of terms a later run changed mid-period (``COSTSCHED_BILLING``, the

@@ -143,7 +143,7 @@ class PageState:
     consecutive_failures: int = 0
     """Failed visits since the last one that answered; each doubles the wait before the next attempt."""
     gone_strikes: int = 0
-    """Visits in a row that answered 404 or 410; the page is retired only after several."""
+    """Visits in a row that answered 404 or 410; the page is retired after several (a 410 counts for all)."""
     empty_strikes: int = 0
     """Visits in a row that yielded none of the items the page used to while other pages of its type yielded
     theirs: a page gone that still answers 200 ("sold"), counted as 404s are."""

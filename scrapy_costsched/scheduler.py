@@ -531,10 +531,10 @@ class CostAwareScheduler(BaseScheduler):
                 why = (f"it moved permanently to {page.moved_to}, which is visited as a page of its own (start "
                        "from that URL to drop this line)")
             elif page is not None and page.gone:
-                how = ("was refused before download (robots.txt, offsite rules or a downloader middleware)"
-                       if page.refusals else EMPTY_ANSWERS if page.empty_strikes else "answered 404 or 410")
-                why = (f"it {how} {GONE_AFTER} times in a row, and is retired (tried again every "
-                       f"{GONE_RECHECK_PERIODS} periods)")
+                how = (f"was refused before download (robots.txt, offsite rules or a downloader middleware) {GONE_AFTER} "
+                       "times in a row" if page.refusals else f"{EMPTY_ANSWERS} {GONE_AFTER} times in a row"
+                       if page.empty_strikes else f"answered 410, or 404 {GONE_AFTER} times in a row")
+                why = f"it {how}, and is retired (tried again every {GONE_RECHECK_PERIODS} periods)"
             elif page is not None and page.not_before is not None and page.not_before > self.tracker.now():
                 if page.gone_strikes:
                     in_a_row, how = page.gone_strikes, "answered 404 or 410"

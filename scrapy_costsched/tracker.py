@@ -89,7 +89,8 @@ __all__ = ["DAY", "Tracker"]
 _TRACKER_ATTR = "_costsched_tracker"
 #: Redirects that say the page now lives at the new URL (RFC 9110, sections 15.4.2 and 15.4.9).
 PERMANENT_REDIRECTS = frozenset({301, 308})
-#: 404/410 answers in a row, or attempts refused before download, before a page is retired.
+#: 404 answers in a row (a 410 counts for all), visits without a page's items, or attempts refused before download,
+#: before a page is retired.
 GONE_AFTER = 3
 #: A retired page is checked again after this many budget periods.
 GONE_RECHECK_PERIODS = 30
@@ -1144,7 +1145,7 @@ class Tracker:
         self._failed_attempts.pop(key, None)
         if response.status in (404, 410):
             self.visits.abandon(visit)
-            self._gone(key, page, visit.time)
+            self._gone(key, page, visit.time, for_good=response.status == 410)
             return None
         visit.failed = response.status >= 400
         visit.redirected = response.url != page.url
@@ -1606,10 +1607,15 @@ class Tracker:
         self.accounts.observed(key, page.host, page.page_type, "redirected")
         self.pages.changed(key, page)
 
-    def _gone(self, key: str, page: PageState, when: float) -> None:
-        """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure."""
+    def _gone(self, key: str, page: PageState, when: float, *, for_good: bool = False) -> None:
+        """A 404 or 410: retired after several in a row, then re-checked rarely; until then a failure.
+
+        A 410 (*for_good*) retires the page at once: the server says the page is gone and will stay gone (RFC 9110,
+        section 15.5.11), where a 404 may be a passing fault. Found in a classifieds trial: expired listings answered
+        410, and counted as live pages until three visits in a row had said so, which their halved worth put off.
+        """
         page.last_attempt = when
-        page.gone_strikes += 1
+        page.gone_strikes = max(page.gone_strikes + 1, GONE_AFTER if for_good else 0)
         page.refusals = 0
         outcome = "gone" if self._strike(page, page.gone_strikes, when) else "not_found"
         self.stats.inc_value(f"costsched/{outcome}")

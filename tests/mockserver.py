@@ -50,8 +50,8 @@ class _LoopbackServer:
 
 class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
-    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/error/N`` (500), ``/sometimes/N``
-    (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day,
+    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/removed/N`` (410), ``/error/N`` (500),
+    ``/sometimes/N`` (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day,
     disallows), ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer,
     as a scraping API relays it); members only, ``/members/N`` (a page, for a session cookie a ``POST /login``
     with the one-time token of a ``/login`` form sets, else a redirect to ``/login?next=...``) and
@@ -111,6 +111,8 @@ class EdgeSite(_LoopbackServer):
                                {"Content-Type": "text/plain", "Cache-Control": "max-age=86400"})
                 elif kind == "error" or (kind == "sometimes" and site.missing):
                     self._send(500 if kind == "error" else 404, b"no")
+                elif kind == "removed":
+                    self._send(410, b"removed for good")
                 elif kind == "redirect":
                     self._send(301, b"", {"Location": f"/page/{number}"})
                 elif kind == "flaky" and (hits == 1 or (site.flaky_odd and hits % 2)):

@@ -539,6 +539,22 @@ def test_state_show_says_a_page_answered_404_since_its_last_visit(crawls: Crawls
     assert "0 failed (0 in a row); since then 404 or 410 1 time in a row" in crawls.show("/sometimes/2")
 
 
+def test_a_page_that_answers_410_is_retired_at_once(crawls: Crawls) -> None:
+    """Found in a classifieds trial: expired listings answered 410 Gone and were taken for live pages until three
+    410s in a row, which their halved worth put off for weeks. A 410 says the page is gone for good; a 404 still
+    needs three in a row."""
+    paths = "/page/1,/removed/1,/gone/1"
+    first = crawls.run("COSTSCHED_BUDGET=20", paths=paths)
+    assert (first.stats["costsched/gone"], first.stats["costsched/not_found"]) == (1, 1)
+    assert crawls.page("/removed/1")["gone"]
+    assert not crawls.page("/gone/1")["gone"]
+    again = crawls.run("COSTSCHED_BUDGET=20", paths=paths)
+    assert "/removed/1" not in again.hits
+    assert again.hits["/gone/1"] == 1
+    assert (f"start URL {crawls.site.url}/removed/1 not visited in this run: it answered 410, or 404 3 times in a "
+            "row, and is retired (tried again every 30 periods)" in again.log)
+
+
 def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls: Crawls) -> None:
     """Found in a classifieds trial: a filled job's page answered 200 with a notice and the spider yielded nothing.
     Such a visit did not move the page's last visit, so every filled job was planned again every day (one from
