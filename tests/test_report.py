@@ -206,6 +206,31 @@ def test_pages_that_moved_are_counted_among_the_gone_and_shown_with_their_new_ur
     assert f"(moved to {page.moved_to})" in text
 
 
+def test_pages_not_found_since_their_last_visit_are_live_but_stale(history: History, tmp_path: Path) -> None:
+    """Found in a classifieds trial: expired listings that had answered a 404 once, or come back without their
+    items, counted as live pages as fresh as their rates said."""
+    copy = tmp_path / "state.sqlite"
+    shutil.copyfile(history.state, copy)
+    before = history.json()["dataset"]
+    store = SqliteDictStorage(copy)
+    store.open()
+    try:
+        visited = [(key, data) for key, data in sorted(read_state(copy)["pages"].items())
+                   if not data["gone"] and data["last_visit"] is not None]
+        for (key, data), strikes in zip(visited[:2], ({"gone_strikes": 1}, {"empty_strikes": 2}), strict=True):
+            page = PageState.from_json({**data, **strikes})
+            store.put_page(key, page.to_json(), page.summary())
+    finally:
+        store.close()
+    copied = History(history.site, copy, history.runs)
+    dataset = copied.json()["dataset"]
+    assert (dataset["live"], dataset["missing"]) == (before["live"], 2)
+    assert dataset["freshness"] < before["freshness"]
+    assert dataset["expected_stale_pages"] > before["expected_stale_pages"]
+    assert f"{before['live']} live ({before['never_visited']} never visited, 2 not found since their last visit)" in (
+        copied.report().stdout)
+
+
 def test_filters_and_errors(history: History) -> None:
     two = history.json("--last", "2")
     assert [p["period"] for p in two["periods"]] == [p["period"] for p in history.json()["periods"][-2:]]

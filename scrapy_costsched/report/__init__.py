@@ -235,6 +235,9 @@ class Dataset:
     refused: int = 0
     """Of the pages gone, those retired because their attempts were refused before download (robots.txt, offsite
     rules or a downloader middleware)."""
+    missing: int = 0
+    """Of the live pages, those not found since their last visit (a 404, or a visit without the items they used to
+    yield) and not retired yet: their records are out of date, stale whatever their rate."""
     freshness: float | None = None
     expected_stale_pages: float = 0.0
     expected_missed_changes: float = 0.0
@@ -421,7 +424,9 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
         value = value_of(page)
         elapsed = max(now - page.last_visit, 0.0) / DAY
         rate = rate_of(page)
-        stale = p_changed(rate, elapsed)
+        missing = bool(page.gone_strikes or page.empty_strikes)
+        dataset.missing += missing
+        stale = 1.0 if missing else p_changed(rate, elapsed)
         weighted += value * (1.0 - stale)
         total_value += value
         dataset.expected_stale_pages += stale

@@ -145,7 +145,8 @@ def _dataset(report: Report) -> str:
     data = report.dataset
     return (
         "The dataset now\n"
-        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited), {data.gone} gone"
+        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited"
+        f"{f', {data.missing} not found since their last visit' if data.missing else ''}), {data.gone} gone"
         f"{_gone_causes(data)}; "
         f"estimated freshness {share(data.freshness)} (value-weighted);\n"
         f"since their last visits, {data.expected_stale_pages:.1f} pages are expected to have changed, "
