@@ -186,6 +186,17 @@ class _Ranking:
         self.hubs[start:end] = bytes(self.hubs[p] for p in order)
 
 
+def _scouted(urls: list[str]) -> str:
+    """The plan's log line on the hubs the discovery reserve pays a visit to (:attr:`~.planning.Plan.scouts`)."""
+    if not urls:
+        return ""
+    if len(urls) == 1:
+        return (f" (the first planned, {urls[0]}, is a hub the discovery reserve pays for, with the new pages it "
+                "leads to)")
+    return (f" (the first {len(urls)} planned, {', '.join(urls[:-1])} and {urls[-1]}, are hubs the discovery "
+            "reserve pays for, with the new pages they lead to)")
+
+
 class CostAwareScheduler(BaseScheduler):
     """Wraps the previous scheduler and decides which requests reach it.
 
@@ -328,7 +339,7 @@ class CostAwareScheduler(BaseScheduler):
             logger.info("%s: %d visits of %s left out of the plan: its download slot can make %d in this run "
                         "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
                         self.tracker.who, count, host, capacity)
-        planned, robots, scout = plan.planned, plan.robots, plan.scout
+        planned, robots, scouts = plan.planned, plan.robots, plan.scouts
         self._set_plan_end(len(planned))
         # What the plan expects to spend, as it was made to fit: a visit with validators at its expected cost
         # (most come back 304). Counted in full, a plan of revalidations left discovery nothing. A page only the
@@ -341,21 +352,20 @@ class CostAwareScheduler(BaseScheduler):
         # includes what the new pages planned hubs reveal are expected to cost.
         self._discovery_allowance = max(remaining - session - planned_cost - robots, 0.0)
         self.stats.set_value("costsched/plan/hubs", sum(map(leads_to_new_pages, planned)))
-        if scout is not None:
-            self.stats.set_value("costsched/plan/scout", 1)
+        if scouts:
+            self.stats.set_value("costsched/plan/scout", len(scouts))
         self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
-        scouted = None if scout is None else self.tracker.page(scout.key)
+        scouted = [page.url for page in map(self.tracker.page, (c.key for c in scouts)) if page is not None]
         unit = self.tracker.billing.unit
         logger.info("%s: %s; planned %d of %d ranked known pages%s%s, %s kept for discovery%s",
                     self.tracker.who, self.tracker.ledger.left(), self._plan_end, len(self._ranking),
                     f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
                     f", {amount(session, unit)} for session steps (as many as the last run's)" if session else "",
                     amount(self._discovery_allowance, unit, ".0f"),
-                    "" if scouted is None else f" (the first planned, {scouted.url}, is a hub the discovery reserve "
-                    "pays for: no other planned page leads to new ones)")
+                    _scouted(scouted))
 
     def _available(self) -> float:
         """What the next visit may spend: the ledger's remaining budget less what planned pages hold."""

@@ -40,10 +40,10 @@ def test_the_hosts_robots_txt_is_paid_for_before_the_pages() -> None:
 def test_a_backlog_that_outranks_every_hub_gets_a_scout_from_the_rest_of_the_ranking() -> None:
     """No planned page is a hub, and the hub ranks below the head: the reserve pays for it, first."""
     unreserved = _plan(reserve_share=0.0)
-    assert unreserved.scout is None
+    assert unreserved.scouts == []
     assert HUB in unreserved.rest  # not even ranked
     plan = _plan()
-    assert plan.scout == HUB
+    assert plan.scouts == [HUB]
     assert plan.head[0][1] == HUB
     assert plan.planned[0] == HUB
     assert len(plan.planned) == 1 + 8  # the scout from the reserve of 2, then 8 of the backlog
@@ -61,7 +61,7 @@ def test_the_scout_is_the_hub_expected_to_reveal_the_most_for_its_cost_not_the_b
     assert ranked == ["page6", "page1"]  # by index, the sixth page first
     plan = make_plan([*backlog, tail_page, first_page], 10.0, reserve_share=0.2, host_of=lambda key: "a",
                      capacity_of=lambda host: 100, robots_cost=lambda hosts: 0.0, cycle=1.0)
-    assert plan.scout == first_page
+    assert plan.scouts == [first_page]
 
 
 def test_planned_pages_whose_links_reveal_next_to_nothing_do_not_stand_in_for_a_scout() -> None:
@@ -72,12 +72,12 @@ def test_planned_pages_whose_links_reveal_next_to_nothing_do_not_stand_in_for_a_
     plan = make_plan([later_page, *backlog, HUB], 10.0, reserve_share=0.2, host_of=lambda key: "a",
                      capacity_of=lambda host: 100, robots_cost=lambda hosts: 0.0, cycle=1.0)
     assert later_page in plan.planned
-    assert plan.scout == HUB
+    assert plan.scouts == [HUB]
 
 
 def test_no_scout_for_a_host_whose_download_slot_is_full() -> None:
-    assert _plan(capacities={"b": 0}).scout is None
-    assert _plan(capacities={"b": 1}).scout == HUB
+    assert _plan(capacities={"b": 0}).scouts == []
+    assert _plan(capacities={"b": 1}).scouts == [HUB]
 
 
 def test_visits_beyond_a_host_s_capacity_leave_the_head_and_are_reported() -> None:
@@ -89,3 +89,37 @@ def test_visits_beyond_a_host_s_capacity_leave_the_head_and_are_reported() -> No
     over = [c.key for _, c in head if c.key.startswith("a")][5:]
     assert len(over) == plan.over_capacity["a"][0]
     assert set(over) <= {c.key for c in plan.rest}
+
+
+def test_the_reserve_scouts_as_many_hubs_as_it_pays_for_with_the_new_pages_they_reveal() -> None:
+    """Found in a classifieds trial: three categories list their ten newest listings each and gain five a day, and
+    known listings outranked them all. One scout a run left the other two unvisited for days, their new listings
+    slid to later pages, and a third of them were never fetched. The reserve pays for the best hub's visit and the
+    new pages it is expected to reveal, then the next's while it lasts; the planned hubs' new pages come first."""
+    categories = [Candidate(f"cat{n}", 1.0, 16.0, 1.0 + 0.2 * n, 1.0,
+                            hub=Discovery(rate=4.5, value=1.0, cost=1.0, page_rate=0.8, cap=10.0)) for n in range(3)]
+    backlog = [Candidate(f"p{i}", 5.0, 1.0, 30.0, 1.0) for i in range(60)]
+
+    def plan(remaining: float, reserve_share: float, planned_hub: Candidate | None = None) -> Plan:
+        return make_plan([*backlog, *categories, *([planned_hub] if planned_hub else [])], remaining,
+                         reserve_share=reserve_share, host_of=lambda key: "a", capacity_of=lambda host: 100,
+                         robots_cost=lambda hosts: 0.0, cycle=1.0)
+
+    # Longest unvisited first (most new pages waiting): each takes a visit and 6.3, 5.4 or 4.5 new pages.
+    assert [c.key for c in plan(40.0, 0.45).scouts] == ["cat2", "cat1", "cat0"]  # 18 - 7.3 - 6.4 leaves 4.3
+    assert [c.key for c in plan(40.0, 0.3).scouts] == ["cat2", "cat1"]  # 12 - 7.3 - 6.4: nothing left
+    assert [c.key for c in plan(40.0, 0.05).scouts] == ["cat2"]  # 2: one visit, its pages as the reserve allows
+    assert plan(40.0, 0.45).planned[:3] == [categories[2], categories[1], categories[0]]
+    # A hub planned on its own rank takes its new pages out of what is spare first: the planned visits cost 21 of
+    # 40 (the hub's bundle of 18 and 20 of the backlog), and 19 - 17 leaves one scout.
+    busy = Candidate("front", 500.0, 1.0, 1.0, 1.0, hub=Discovery(rate=17.0, value=1.0, cost=1.0, page_rate=0.8))
+    ranked = plan(40.0, 0.05, busy)
+    assert ranked.planned[1] == busy  # on its own rank, after the scout
+    assert [c.key for c in ranked.scouts] == ["cat2"]
+    # What the ranking leaves of the refresh share is spare too: its prefix stops at the first hub whose visit and
+    # new pages do not fit. 30 of the backlog and cat2's 7.3 leave 0.7 of 38 unplanned, 9 spare with the reserve,
+    # and 2.7 once cat2's new pages are paid for: a visit to cat1.
+    partial = make_plan([*backlog[:30], *categories], 40.0, reserve_share=0.05, host_of=lambda key: "a",
+                        capacity_of=lambda host: 100, robots_cost=lambda hosts: 0.0, cycle=1.0)
+    assert categories[2] in partial.planned
+    assert [c.key for c in partial.scouts] == ["cat1"]

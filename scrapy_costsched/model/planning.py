@@ -48,8 +48,8 @@ class Plan:
     """The visits the run's budget pays for, in the head's order."""
     robots: float = 0.0
     """What the planned pages' hosts' robots.txt requests are expected to cost."""
-    scout: Candidate | None = None
-    """The hub the discovery reserve pays a visit to because no other planned page is one."""
+    scouts: list[Candidate] = field(default_factory=list)
+    """The hubs the discovery reserve pays a visit to (:func:`_scouts`), first in the run."""
     over_capacity: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Hosts whose visits the head left out for their download slot's capacity: (visits left out, capacity)."""
 
@@ -70,7 +70,7 @@ def make_plan(
 
     The head covers what the whole remaining budget can buy (:func:`~.scoring.rank_head`), less the
     visits a host's download slot cannot make in the run (:mod:`~.capacity`). A hub is planned together
-    with the new pages it is expected to reveal; when no planned page is a hub, the scout leads the run.
+    with the new pages it is expected to reveal; the scouts the discovery reserve pays for lead the run.
     """
     capacities: dict[str, int] = {}
 
@@ -90,13 +90,17 @@ def make_plan(
     robots = robots_cost({host_of(c.key) for c in planned})
     if robots:
         planned = _affordable(ranking, remaining - reserve - robots)
-    scout = _scout(head, rest, planned, reserve, host_of, capacity, objective, cycle)
-    if scout is not None:  # first in the ranking: the pages it reveals are found early in the run
-        head = [scout, *(entry for entry in head if entry[1].key != scout[1].key)]
-        rest = [candidate for candidate in rest if candidate.key != scout[1].key]
-        planned = [scout[1], *planned]
+    # What discovery gets: the reserve, and what the ranking left of the refresh share (unused refresh budget flows
+    # to discovery).
+    spare = remaining - robots - sum(candidate.expected_cost for candidate in planned)
+    scouts = _scouts(head, rest, planned, spare, host_of, capacity, objective, cycle)
+    if scouts:  # first in the ranking: the pages they reveal are found early in the run
+        keys = {candidate.key for _, candidate in scouts}
+        head = [*scouts, *(entry for entry in head if entry[1].key not in keys)]
+        rest = [candidate for candidate in rest if candidate.key not in keys]
+        planned = [*(candidate for _, candidate in scouts), *planned]
         robots = robots_cost({host_of(c.key) for c in planned})
-    return Plan(head, rest, planned, robots, None if scout is None else scout[1],
+    return Plan(head, rest, planned, robots, [candidate for _, candidate in scouts],
                 {host: (count, capacities[host]) for host, count in left_out.items() if host is not None})
 
 
@@ -110,33 +114,47 @@ def _affordable(ranking: list[Candidate], budget: float) -> list[Candidate]:
     return ranking[:len(affordable_prefix(((0.0, bundle(c)) for c in ranking), budget))]
 
 
-def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: list[Candidate], reserve: float,
-           host_of: Callable[[str], str | None], capacity: Callable[[str], int], objective: str,
-           cycle: float) -> tuple[float, Candidate] | None:
-    """The hub the discovery reserve pays a visit to when no planned page is a hub: of those whose visit
-    *reserve* affords, whose host's download slot has room for one more visit, and that are expected to
-    reveal a new page every other visit at least, the one expected to reveal the most new pages' value for
-    its cost (the best ranked among equals). The ranking prices a hub's own changes too, so where every page
-    changes daily it ties hubs that reveal ten times fewer (a trial's catalogue scouted its sixth page, 0.7
-    new products expected, over its first, 3.6).
+def _scouts(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: list[Candidate], spare: float,
+            host_of: Callable[[str], str | None], capacity: Callable[[str], int], objective: str,
+            cycle: float) -> list[tuple[float, Candidate]]:
+    """The hubs the discovery reserve pays a visit to, with the new pages they are expected to reveal: of the hubs
+    not planned, expected to reveal a new page every other visit at least and whose host's download slot has room,
+    those expected to reveal the most new pages' value for their cost first (the best ranked among equals), while
+    what the budget has *spare* after the planned visits (the reserve, and what the ranking left of the refresh
+    share), the planned hubs' new pages and the earlier scouts' pays for the visit. The
+    ranking prices a hub's own changes too, so where every page changes daily it ties hubs that reveal ten times
+    fewer (a trial's catalogue scouted its sixth page, 0.7 new products expected, over its first, 3.6).
 
     The reserve is for what the ranking cannot see (design: reserves), and new URLs are found only
     through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high
     as the new pages a hub reveals and above the hub itself, which costs a visit of its own: without a
     scout, such a plan visits no hub, the reserve finds nothing to pay for, and no new page is found
-    for as long as the backlog lasts (two days of 25 new articles missed in a trial). Until their visits
-    have been counted, hubs are known by their prior alike, so a front page may be scouted before its
-    sections; one whose visits reveal nothing falls below the threshold after one or two.
+    for as long as the backlog lasts (two days of 25 new articles missed in a trial). One scout a run was not
+    enough where several hubs each list only their newest pages: on a classifieds site with three
+    categories of ten listings a page and five new ones a day each, the two categories not scouted went
+    unvisited for days behind known listings, their new listings slid to later pages, and a third of them
+    were never fetched. Until their visits have been counted, hubs are known by their prior alike, so a
+    front page may be scouted before its sections; one whose visits reveal nothing falls below the
+    threshold after one or two.
     """
-    if reserve <= 0.0 or any(map(leads_to_new_pages, planned)):  # a listing's later pages reveal next to nothing
-        return None
+    left = spare - sum(discovery_spend(candidate) for candidate in planned if leads_to_new_pages(candidate))
+    if left <= 0.0:
+        return []
     hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
     hubs += rank([candidate for candidate in rest if candidate.hub is not None], objective, cycle=cycle)
-    visits: Counter[str | None] | None = None
-    best: tuple[float, tuple[float, Candidate]] | None = None
-    for entry in hubs:
+    worth: list[tuple[float, int, tuple[float, Candidate]]] = []
+    for position, entry in enumerate(hubs):
         candidate = entry[1]
-        if not leads_to_new_pages(candidate) or candidate.expected_cost > reserve:
+        if leads_to_new_pages(candidate):
+            hub = candidate.hub
+            assert hub is not None  # typing: leads_to_new_pages
+            reveals = expected_new(hub.rate, candidate.elapsed, hub.cap) * hub.value / candidate.expected_cost
+            worth.append((-reveals, position, entry))
+    visits: Counter[str | None] | None = None
+    scouts = []
+    for _, _, entry in sorted(worth, key=lambda item: item[:2]):
+        candidate = entry[1]
+        if candidate.expected_cost > left:
             continue
         host = host_of(candidate.key)
         if host is not None:
@@ -144,9 +162,9 @@ def _scout(head: list[tuple[float, Candidate]], rest: list[Candidate], planned: 
                 visits = Counter(host_of(c.key) for c in planned)
             if visits[host] >= capacity(host):
                 continue
-        hub = candidate.hub
-        assert hub is not None  # typing: leads_to_new_pages
-        reveals = expected_new(hub.rate, candidate.elapsed, hub.cap) * hub.value / candidate.expected_cost
-        if best is None or reveals > best[0]:
-            best = (reveals, entry)
-    return None if best is None else best[1]
+            visits[host] += 1
+        scouts.append(entry)
+        left -= candidate.expected_cost + discovery_spend(candidate)
+        if left <= 0.0:
+            break
+    return scouts

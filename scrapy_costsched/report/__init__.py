@@ -349,7 +349,7 @@ def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, li
         page = tracker.page(candidate.key)
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
-                                   leads_to_new_pages(candidate), page.form if page else None, candidate is plan.scout,
+                                   leads_to_new_pages(candidate), page.form if page else None, candidate in plan.scouts,
                                    candidate.key in paid))
     return when, planned
 
