@@ -120,10 +120,10 @@ def _scouts(head: list[tuple[float, Candidate]], rest: list[Candidate], planned:
     """The hubs the discovery reserve pays a visit to, with the new pages they are expected to reveal: of the hubs
     not planned, expected to reveal a new page every other visit at least and whose host's download slot has room,
     those expected to reveal the most new pages' value for their cost first (the best ranked among equals), while
-    what the budget has *spare* after the planned visits (the reserve, and what the ranking left of the refresh
-    share), the planned hubs' new pages and the earlier scouts' pays for the visit. The
-    ranking prices a hub's own changes too, so where every page changes daily it ties hubs that reveal ten times
-    fewer (a trial's catalogue scouted its sixth page, 0.7 new products expected, over its first, 3.6).
+    what is *spare* after the planned visits (the reserve, and what the ranking left of the refresh share), the
+    planned hubs' new pages and the earlier scouts' pays for the visit. The ranking prices a hub's own changes
+    too, so where every page changes daily it ties hubs that reveal ten times fewer (a trial's catalogue scouted
+    its sixth page, 0.7 new products expected, over its first, 3.6).
 
     The reserve is for what the ranking cannot see (design: reserves), and new URLs are found only
     through hubs. Known pages never fetched (a backlog the budget has not caught up with) rank as high

@@ -121,7 +121,7 @@ def render_terminal(report: Report) -> str:
             "Next plan",
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
             "index = value x freshness gain / cost" + _budget_reach(report.next_plan)
-            + ("\nscout: a hub the discovery reserve pays for with the new pages it is expected to reveal, first in the run"
+            + ("\nscout: a hub the discovery reserve pays for, with the new pages it leads to, first in the run"
                if any(p.scout for p in report.next_plan) else ""),
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
