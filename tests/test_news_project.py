@@ -173,15 +173,15 @@ def test_a_crawl_spiders_planned_pages_come_back_through_its_rules(site: NewsSit
 
 def test_a_sitemap_spider_finds_new_articles_and_reports_only_the_start_urls_it_left_out(tmp_path: Path) -> None:
     """A ``SitemapSpider`` starts from robots.txt, which names the sitemap, the one hub. The start URL reveals
-    nothing new after the first day, so plans leave it out, and a leftover round may still visit it: then
-    the run must not report it as not visited."""
+    little after the first day, so plans leave it out or the discovery reserve scouts it, and a leftover round
+    may still visit it: the run reports it as not visited only when it was not (a leftover's visit is
+    ``test_setups.py::test_a_start_url_the_plan_left_out_is_reported_only_if_no_leftover_round_visited_it``)."""
     with NewsSite(tmp_path / "clock", sections=4, sitemap=True) as site:
         site.set_day(0)
         first = run_news(site, tmp_path / "crawl", spider="news_sitemap", tag="day0")
         assert first.returncode == 0, first.log[-3000:]
         assert {item["id"] for item in first.items} == {a.id for a in site.articles_at(site.now())}
         fetched = {item["id"] for item in first.items}
-        left_out_then_visited = 0
         for day in (1, 2, 3, 4):
             published_before = {a.id for a in site.articles_at(site.day(day - 1))}
             site.set_day(day)
@@ -195,8 +195,6 @@ def test_a_sitemap_spider_finds_new_articles_and_reports_only_the_start_urls_it_
             left_out = "start URL" in run.log and "is not in the plan" in run.log
             reported = [line for line in run.log.splitlines() if "not visited in this run" in line]
             assert len(reported) == run.stats.get("costsched/skipped/start_url", 0) == int(left_out and not start_visited)
-            left_out_then_visited += left_out and start_visited
-        assert left_out_then_visited, "no day's leftovers visited the start URL the plan left out"
 
 
 def test_a_state_belongs_to_one_spider(site: NewsSite, tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def _scouts(head: list[tuple[float, Candidate]], rest: list[Candidate], planned:
     not planned, expected to reveal a new page every other visit at least and whose host's download slot has room,
     those expected to reveal the most new pages' value for their cost first (the best ranked among equals), while
     what is *spare* after the planned visits (the reserve, and what the ranking left of the refresh share), the
-    planned hubs' new pages and the earlier scouts' pays for the visit. The ranking prices a hub's own changes
+    new pages they are expected to reveal and the earlier scouts' pays for the visit. The ranking prices a hub's own changes
     too, so where every page changes daily it ties hubs that reveal ten times fewer (a trial's catalogue scouted
     its sixth page, 0.7 new products expected, over its first, 3.6).
 
@@ -137,7 +137,7 @@ def _scouts(head: list[tuple[float, Candidate]], rest: list[Candidate], planned:
     front page may be scouted before its sections; one whose visits reveal nothing falls below the
     threshold after one or two.
     """
-    left = spare - sum(discovery_spend(candidate) for candidate in planned if leads_to_new_pages(candidate))
+    left = spare - sum(map(discovery_spend, planned))
     if left <= 0.0:
         return []
     hubs = [entry for entry in head[len(planned):] if entry[1].hub is not None]
