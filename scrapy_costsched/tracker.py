@@ -1363,6 +1363,9 @@ class Tracker:
             page.gone, page.not_before, page.moved_to = False, None, None
             if visit.item_hashes:
                 page.empty_strikes = 0
+            # A 304 of a page whose items stand says it still has them as surely: on a host with validators, most
+            # visits of a type that kept its items are 304s.
+            if visit.item_hashes or (visit.not_modified and page.record_kind == "items" and not page.empty_strikes):
                 self._yielded[page.page_type] = self._yielded.get(page.page_type, 0) + 1
             if visit.not_modified:
                 outcome = "not_modified"

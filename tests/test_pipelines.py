@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -105,6 +106,25 @@ def test_a_page_that_stops_yielding_items_is_flagged_not_changed(runs: Any, capl
                        "matching does this to every page of a kind: such pages are counted in "
                        "costsched/extraction_empty and listed at DEBUG")]
     assert run.page(urls[0]).empty_strikes == 0
+
+
+def test_pages_that_answer_304_count_as_pages_of_the_type_that_kept_their_items(
+        runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """On a host with validators most visits of a type that kept its items are 304s: they say the extraction is
+    not what emptied the one page that came back without its items, which is struck as a page gone."""
+    caplog.set_level(logging.INFO, logger="scrapy_costsched")
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 5)]
+    first = runs()
+    for url in urls:
+        first.visit(url, [Product(url, 1.0)])
+    run = runs()
+    for url in urls[:3]:
+        run.not_modified(url)
+    run.visit(urls[3], [])
+    run.close()
+    assert run.page(urls[3]).empty_strikes == 1
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "yielded no items" in r.getMessage()]
+    assert any("pages that yielded none of the items they used to: 1" in r.getMessage() for r in caplog.records)
 
 
 def test_a_page_whose_items_fail_in_a_pipeline_is_not_blamed_on_a_selector(
