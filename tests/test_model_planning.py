@@ -95,7 +95,7 @@ def test_the_reserve_scouts_as_many_hubs_as_it_pays_for_with_the_new_pages_they_
     """Found in a classifieds trial: three categories list their ten newest listings each and gain five a day, and
     known listings outranked them all. One scout a run left the other two unvisited for days, their new listings
     slid to later pages, and a third of them were never fetched. The reserve pays for the best hub's visit and the
-    new pages it is expected to reveal, then the next's while it lasts; the planned hubs' new pages come first."""
+    new pages it is expected to reveal, then the next's while it lasts; the planned visits' new pages come first."""
     categories = [Candidate(f"cat{n}", 1.0, 16.0, 1.0 + 0.2 * n, 1.0,
                             hub=Discovery(rate=4.5, value=1.0, cost=1.0, page_rate=0.8, cap=10.0)) for n in range(3)]
     backlog = [Candidate(f"p{i}", 5.0, 1.0, 30.0, 1.0) for i in range(60)]
