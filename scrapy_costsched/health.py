@@ -123,17 +123,20 @@ class Health:
         run_seconds = settings.getfloat("CLOSESPIDER_TIMEOUT") or self.config.budget_period
         health = self.hosts.health.get(host) if self.config.health else None
         if health is not None:
-            pause = health.blocked_for(time.time())
+            pause = self.pause_left(host)
             run_seconds = 0.0 if pause > self.config.block_wait else run_seconds - pause
         return host_capacity(run_seconds, concurrency, delay, health.latency if health is not None else None)
+
+    def pause_left(self, host: str) -> float:
+        """Seconds of *host*'s Retry-After pause still to run (0 with health off). A pause is the server's
+        word in real time, so it keeps the real clock whatever ``COSTSCHED_CLOCK`` says."""
+        return self.hosts.blocked_for(host, time.time()) if self.config.health else 0.0
 
     # -- pauses ------------------------------------------------------------
 
     def blocked_for(self, request: Request) -> float:
         """Seconds before *request*'s host may be sent anything (its Retry-After); 0 with health off."""
-        if not self.config.health:
-            return 0.0
-        return self.hosts.blocked_for(urlparse_cached(request).hostname or "", time.time())
+        return self.pause_left(urlparse_cached(request).hostname or "")
 
     def pause(self, request: Request, status: int, seconds: float | None) -> None:
         """*request* was answered *status* with a ``Retry-After`` of *seconds* (``None``: none): pause its

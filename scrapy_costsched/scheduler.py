@@ -336,9 +336,15 @@ class CostAwareScheduler(BaseScheduler):
                 gc.enable()
         for host, (count, capacity) in plan.over_capacity.items():
             self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
-            logger.info("%s: %d visits of %s left out of the plan: its download slot can make %d in this run "
-                        "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
-                        self.tracker.who, count, host, capacity)
+            pause = self.tracker.health.pause_left(host)
+            if pause > self.config.block_wait:
+                logger.info("%s: %d visits of %s left out of the plan: it asked for a pause (Retry-After) that "
+                            "ends in %.0f s, later than this run waits (COSTSCHED_BLOCK_WAIT = %g s); a later run "
+                            "plans them", self.tracker.who, count, host, pause, self.config.block_wait)
+            else:
+                logger.info("%s: %d visits of %s left out of the plan: its download slot can make %d in this run "
+                            "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
+                            self.tracker.who, count, host, capacity)
         planned, robots, scouts = plan.planned, plan.robots, plan.scouts
         self._set_plan_end(len(planned))
         # What the plan expects to spend, as it was made to fit: a visit with validators at its expected cost
