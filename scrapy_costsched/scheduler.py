@@ -565,6 +565,8 @@ class CostAwareScheduler(BaseScheduler):
                     "+00:00", "Z")
                 why = (f"its last attempt {how} ({in_a_row} in a row), so it waits for the budget period that "
                        f"begins {begins} (each failure in a row doubles the wait)")
+            elif page is not None and (pause := self.tracker.health.pause_left(page.host)) > 0:
+                why = f"its host asked for a pause (Retry-After) that ends in {pause:.0f} s, later than this run waits"
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:
@@ -932,8 +934,13 @@ class CostAwareScheduler(BaseScheduler):
         return ranking.indices[position] * planned / now
 
     def _reissue(self, key: str) -> Request | None:
-        """A planned page's request from its template; ``None`` when only the spider can yield it."""
+        """A planned page's request from its template; ``None`` when only the spider can yield it, or its host
+        asked for a pause this run will not wait out (the request would be released unsent, see
+        :meth:`_release_waiting`)."""
         if key in self.tracker.yield_only:
+            return None
+        page = self.tracker.page(key)
+        if page is not None and self.tracker.health.pause_left(page.host) > self.config.block_wait:
             return None
         return self.tracker.request_for(key)
 

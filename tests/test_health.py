@@ -123,6 +123,13 @@ def test_a_pause_longer_than_the_run_waits_releases_its_visits_to_the_next_run(
     assert again["costsched/hosts/127.0.0.4/over_capacity"] >= 1
     assert "visits of 127.0.0.4 left out of the plan: it asked for a pause (Retry-After) that ends in" in again["_log"]
     assert "concurrency and delay" not in again["_log"]
+    # Its pages are start URLs here: each one's line gives the pause as the reason, and no leftover round
+    # sends them only for the pause to release them.
+    reasons = [line.partition("not visited in this run: ")[2] for line in again["_log"].splitlines()
+               if "start URL http://127.0.0.4" in line]
+    assert len(reasons) == again["costsched/hosts/127.0.0.4/over_capacity"]
+    assert all(reason.startswith("its host asked for a pause (Retry-After) that ends in") for reason in reasons)
+    assert "costsched/retry_after/released" not in again
     assert site.inside_pause == 0
     assert stats["costsched/retry_after/released"] >= 1
     assert "not sent in this run" in stats["_log"]
