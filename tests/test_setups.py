@@ -626,6 +626,17 @@ def test_a_page_redirected_for_good_to_a_page_of_another_kind_is_gone_and_leaves
     assert "1 gone, redirected for good to a page of another kind" in run.log
 
 
+def test_the_report_plans_the_next_period_when_what_is_left_of_this_one_pays_for_no_visit(crawls: Crawls) -> None:
+    """Found on a trial with a byte budget: each day's run left a few hundred bytes, and the report's next plan,
+    made on them, reached none of its rows."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    assert crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0).stats["costsched/period_spent"] == 5
+    for budget, day in (("5.5", "2026-01-03"), ("7", "2026-01-02")):  # the next period, or the last run's
+        ahead = json.loads(crawls.report("--json", settings=(f"COSTSCHED_BUDGET={budget}",)))
+        assert ahead["next_plan_at"].startswith(day), budget
+        assert any(row["planned"] for row in ahead["next_plan"]), budget
+
+
 def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_spent(crawls: Crawls) -> None:
     paths = ",".join(f"/page/{n}" for n in range(1, 9))
     first = crawls.run("COSTSCHED_BUDGET=5", paths=paths, day=1.0)  # a day's budget, all spent

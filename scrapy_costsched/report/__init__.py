@@ -21,7 +21,7 @@ from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
-from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
+from scrapy_costsched.model.planning import Plan, leads_to_new_pages, make_plan
 from scrapy_costsched.pages import PageState
 
 if TYPE_CHECKING:
@@ -334,16 +334,23 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
 def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, list[PlannedPage]]:
     """The head of the next run's ranking for a period *budget*, as the scheduler's plan
     (:func:`~.planning.make_plan`) ranks it: now, on what is left of this period's budget, or at the next
-    period's start when nothing is left. ``(None, [])`` without a budget (shadow mode plans nothing)."""
+    period's start when what is left pays for no visit (a byte budget is seldom spent to the last byte).
+    ``(None, [])`` without a budget (shadow mode plans nothing)."""
     if budget is None:
         return None, []
     config, ledger = tracker.config, tracker.ledger
+
+    def plan_at(when: float, budget: float) -> Plan:
+        return make_plan(tracker.candidates(when), budget, reserve_share=config.reserve_discovery,
+                         host_of=tracker.host_of, capacity_of=tracker.health.capacity, robots_cost=tracker.robots_cost,
+                         objective=config.objective, cycle=config.budget_period / DAY)
+
     remaining = budget - ledger.spent
-    when, budget = (tracker.now(), remaining) if remaining > 0 else \
-        ((ledger.period + 1) * config.budget_period, budget)
-    plan = make_plan(tracker.candidates(when), budget, reserve_share=config.reserve_discovery,
-                     host_of=tracker.host_of, capacity_of=tracker.health.capacity, robots_cost=tracker.robots_cost,
-                     objective=config.objective, cycle=config.budget_period / DAY)
+    when = tracker.now()
+    plan = plan_at(when, remaining) if remaining > 0 else None
+    if plan is None or (not plan.planned and remaining < budget):
+        when = (ledger.period + 1) * config.budget_period
+        plan = plan_at(when, budget)
     planned, paid = [], {candidate.key for candidate in plan.planned}
     for index, candidate in plan.head[:NEXT_PLAN_PAGES]:
         page = tracker.page(candidate.key)
