@@ -130,6 +130,12 @@ def test_a_pause_longer_than_the_run_waits_releases_its_visits_to_the_next_run(
     assert len(reasons) == again["costsched/hosts/127.0.0.4/over_capacity"]
     assert all(reason.startswith("its host asked for a pause (Retry-After) that ends in") for reason in reasons)
     assert "costsched/retry_after/released" not in again
+    # And the page's own view says so, with when the pause ends.
+    show = subprocess.run([sys.executable, "-m", "scrapy", "costsched-state", "show", f"{site.url}/p/1", "--state",
+                           str(tmp_path / "state.sqlite")], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "host paused    until " in show
+    assert "it asked for a pause (Retry-After)" in show
     assert site.inside_pause == 0
     assert stats["costsched/retry_after/released"] >= 1
     assert "not sent in this run" in stats["_log"]

@@ -103,6 +103,7 @@ def test_show_prints_a_page_as_stored(history: tuple[NewsSite, Path]) -> None:
     assert shown["index"] > 0
     assert shown["validators"]["last_modified"]["epoch"] == record["last_modified"]
     assert shown["bytes"]["full"]["count"] == record["full_bytes"][1]
+    assert shown["host_paused_until"] is None  # its host asked for no pause (tests/test_health.py shows one)
     assert shown["template"]["callback"] == "parse_article"
     assert shown["template"]["meta"] == record["template"]["meta"]
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -203,6 +204,8 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
     # None for a page waiting out its not_before (a failure backoff, or a retired page's re-check)
     candidate = next(iter(tracker.candidates(now, [fingerprint])), None)
     template = page.template
+    # A Retry-After pause is the server's real time (Health.pause_left), whatever the crawl's clock.
+    pause, real_now = tracker.health.pause_left(page.host), time.time()
     return {
         "fingerprint": fingerprint,
         "url": page.url,
@@ -245,6 +248,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "bytes": {name: None if mean is None else {"mean": mean.mean, "count": mean.count}
                   for name, mean in (("full", page.full_bytes), ("not_modified", page.not_modified_bytes))},
         "not_before": _moment(page.not_before, now),
+        "host_paused_until": _moment(real_now + pause, real_now) if pause > 0 else None,
         "template": None if template is None else {
             name: template.get(name) for name in ("method", "callback", "errback", "meta", "cb_kwargs", "body")},
     }
@@ -344,8 +348,11 @@ def render(page: dict[str, Any]) -> str:
         ("last-modified", _when(validators["last_modified"], "none")),
         ("bytes", f"full fetch {_bytes(page['bytes']['full'])}; 304 answer {_bytes(page['bytes']['not_modified'])}"),
         ("not before", _when(page["not_before"], "none")),
-        ("template", template_text),
     ]
+    if page["host_paused_until"] is not None:
+        paused = f"until {_when(page['host_paused_until'])}: it asked for a pause (Retry-After), and no run sends it "
+        lines.append(("host paused", paused + "anything before then"))
+    lines.append(("template", template_text))
     width = max(len(name) for name, _ in lines)
     return "\n".join(f"{name:<{width}}  {text}" for name, text in lines)
 
