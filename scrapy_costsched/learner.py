@@ -182,7 +182,8 @@ class Learner:
             page.links = page.links or NewLinkStats()
             return
         interval_days = max(visit.time - page.last_visit, 0.0) / DAY
-        page.links.observe(visit.new_links, interval_days, self.half_life_days, prior=self.link_prior_of(page.group))
+        page.links.observe(visit.new_links, interval_days, self.half_life_days, listed=visit.listed,
+                           prior=self.link_prior_of(page.group))
 
     def _audit_last_modified(self, page: PageState, visit: Visit, changed: bool, interval_days: float) -> float | None:
         """Audit the host's Last-Modified with this visit; the change's age in days if it may date the change."""

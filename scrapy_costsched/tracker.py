@@ -1236,8 +1236,11 @@ class Tracker:
         if request.url in visit.outlinks:
             return
         visit.outlinks.add(request.url)
+        page_type = request.meta.get("costsched_page_type")
+        visit.outlinks_by_type[page_type] = visit.outlinks_by_type.get(page_type, 0) + 1
         if not self.pages.known(self.fingerprint(request)):
             visit.new_links += 1
+            visit.new_link_types.add(page_type)
 
     def add_subrequest(self, visit: Visit, request: Request) -> None:
         """A request the callback chained for the same page: marked, and the record waits for its output."""

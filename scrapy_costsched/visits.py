@@ -65,6 +65,10 @@ class Visit:
     outlinks: set[str] = field(default_factory=set)
     new_links: int = 0
     """Outlinks to pages the crawl did not know before this visit (what a hub reveals)."""
+    outlinks_by_type: dict[str | None, int] = field(default_factory=dict)
+    """Outlinks by the page type their request declares (``costsched_page_type``; ``None`` where none)."""
+    new_link_types: set[str | None] = field(default_factory=set)
+    """The declared page types of the new outlinks."""
     values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
     field_hashes: dict[str, str] | None = None
@@ -92,6 +96,18 @@ class Visit:
     @property
     def complete(self) -> bool:
         return self.pending_outputs <= 0 and self.pending_items <= 0
+
+    @property
+    def listed(self) -> int | None:
+        """How many of the outlinks could have been new: those of the page types the new ones declare (a
+        section's article links, not its links to other sections); ``None`` when none was new.
+
+        Where every one of them was new, the list turned over since the last visit
+        (:meth:`~.discovery.NewLinkStats.observe`): what slid off it was never seen.
+        """
+        if not self.new_links:
+            return None
+        return sum(self.outlinks_by_type[page_type] for page_type in self.new_link_types)
 
 
 @dataclass

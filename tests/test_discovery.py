@@ -138,3 +138,31 @@ def test_a_backlog_of_known_pages_never_fetched_does_not_stop_discovery(tmp_path
         found = [a.id for a in new if site.url + site.path_at(a, site.now()) in known]
         print(f"{len(found)} of the {len(new)} articles published since day 0 are known")
         assert len(found) >= 0.25 * len(new)
+
+
+def test_a_section_whose_list_turns_over_between_visits_is_learned_to_saturate(tmp_path: Path) -> None:
+    """A section lists its newest four articles. One that gets a dozen a day shows only new ones at each daily
+    visit: the rest slid off unseen, so its count of new links is only a floor and the list's length bounds what
+    a visit can show (:class:`~.discovery.NewLinkStats`). Found in a classifieds trial, where the crawl never
+    learned that a category's first page holds ten listings (the links to other sections and the next page
+    are of another page type, so they do not count)."""
+    with NewsSite(tmp_path / "clock", per_page=4, section_rates=(1.0, 1.0, 1.0, 12.0), horizon_days=3) as site:
+        for day in range(3):  # shadow runs: every section is visited each day
+            site.set_day(day)
+            result = run_news(site, tmp_path / "crawl", tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+        sections = {int(page["url"].rsplit("/", 1)[1]): page["links"]
+                    for page in read_state(tmp_path / "crawl" / "state.sqlite")["pages"].values()
+                    if "/section/" in page["url"]}
+    def listed(s: int, d: int) -> set[int]:
+        return {a.id for a in site.listing_at(s, site.day(d))}
+
+    new_on = {s: [len(listed(s, d) - listed(s, d - 1)) for d in (1, 2)] for s in sections}
+    print(f"new articles listed by section on days 1 and 2: {new_on}; learned: {sections}")
+    assert new_on[3] == [4, 4]  # the busy section's list turned over each day
+    links, _, most, saturated = sections[3]
+    assert (most, saturated) == (4, 1)
+    assert links > 8  # each full list counts as at least four new links, at the rate learned so far
+    for s in (1, 2):
+        assert max(new_on[s]) < 4
+        assert sections[s][3] == 0
