@@ -1237,7 +1237,7 @@ class Tracker:
             return
         visit.outlinks.add(request.url)
         page_type = request.meta.get("costsched_page_type")
-        visit.outlinks_by_type[page_type] = visit.outlinks_by_type.get(page_type, 0) + 1
+        visit.outlinks_by_type[page_type] += 1
         if not self.pages.known(self.fingerprint(request)):
             visit.new_links += 1
             visit.new_link_types.add(page_type)

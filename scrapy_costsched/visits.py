@@ -12,6 +12,7 @@ signal carries, so a pipeline that returns a new item object loses nothing.
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +66,7 @@ class Visit:
     outlinks: set[str] = field(default_factory=set)
     new_links: int = 0
     """Outlinks to pages the crawl did not know before this visit (what a hub reveals)."""
-    outlinks_by_type: dict[str | None, int] = field(default_factory=dict)
+    outlinks_by_type: Counter[str | None] = field(default_factory=Counter)
     """Outlinks by the page type their request declares (``costsched_page_type``; ``None`` where none)."""
     new_link_types: set[str | None] = field(default_factory=set)
     """The declared page types of the new outlinks."""
