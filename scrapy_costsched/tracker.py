@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
-from scrapy import signals
+from scrapy import Request, signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -71,7 +71,7 @@ from scrapy_costsched.volatility import MIN_COMPARISONS, VolatileFields
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
 
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.statscollectors import StatsCollector
@@ -571,7 +571,7 @@ class Tracker:
     def _value_from(self, source: Any, meta_value: Any) -> float | None:
         """The value the spider gives *source* (a request or an item): its hook first, then meta."""
         hook = getattr(self.spider, "costsched_value", None)
-        raw = hook(source) if callable(hook) else None
+        raw = self._call_value_hook(hook, source) if callable(hook) else None
         if raw is None:
             raw = meta_value
         if raw is None:
@@ -580,6 +580,20 @@ class Tracker:
             self._invalid("costsched_value", raw, f"use a positive number or one of {sorted(self.config.value_tiers)}")
             return None
         return raw  # type: ignore[no-any-return]
+
+    def _call_value_hook(self, hook: Callable[[Any], Any], source: Any) -> Any:
+        """The spider's ``costsched_value()`` of *source*; ``None`` when it raises, so that the item or request it was
+        asked about goes on as if the hook had no opinion (a scheduling hint must not cost the user an item)."""
+        try:
+            return hook(source)
+        except Exception as exc:  # noqa: BLE001 - the user's code: anything it raises is reported, not passed on
+            self.stats.inc_value("costsched/value_hook/errors")
+            what = f"request {source.url}" if isinstance(source, Request) else f"item of type {type(source).__qualname__}"
+            self._log_once(("value_hook", type(exc).__qualname__),
+                           "costsched: the spider's costsched_value() raised %s on %s; it passes through with the value "
+                           "its meta gives, if any (each failure is counted in costsched/value_hook/errors, this is "
+                           "said once per exception type)", type(exc).__qualname__, what, exc_info=True)
+            return None
 
     def value_of(self, page: PageState) -> float:
         return self.resolve_value(page.value)
@@ -747,14 +761,15 @@ class Tracker:
                        "costsched: ignoring invalid %s %r (%s; each use is counted in costsched/invalid/%s, this is "
                        "said once)", meta_key, raw, hint, meta_key)
 
-    def _log_once(self, what: tuple[str, str], message: str, *args: Any, level: int = logging.WARNING) -> bool:
+    def _log_once(self, what: tuple[str, str], message: str, *args: Any, level: int = logging.WARNING,
+                  exc_info: bool = False) -> bool:
         """Log the first time *what* happens in this run (``True`` if this was it): a spider repeats a mistake
         on every request or item of a kind, and thousands of identical lines would bury the log (the stats
         count each one)."""
         if what in self._said:
             return False
         self._said.add(what)
-        logger.log(level, message, *args)
+        logger.log(level, message, *args, exc_info=exc_info)
         return True
 
     def planned_cost(self, meta: dict[str, Any], key: str | None = None, *, attempt: bool = False) -> float:

@@ -7,7 +7,9 @@
 request's meta (as older spiders build an item across pages); ``-a login=1`` logs in first (the ``/login``
 form, then its POST, both marked ``costsched_session``; ``login=post`` marks the POST alone, as a spider with
 the form in ``start_urls`` can; ``login=unmarked`` neither) and yields its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
-in each process) and a dict with keys of mixed types to each item. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
+in each process) and a dict with keys of mixed types to each item; ``-a value_hook=1`` gives the spider a
+``costsched_value()`` that reads ``.url`` of what it is given, as a user writes one for requests alone (it raises
+on the dict items). ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
 
@@ -37,7 +39,7 @@ class SetupsSpider(StatsFileSpider):
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
-                 login: str = "", hubs: str = "", **kwargs: Any) -> None:
+                 login: str = "", hubs: str = "", value_hook: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -52,6 +54,8 @@ class SetupsSpider(StatsFileSpider):
         self.carry = bool(carry)
         self.errback = bool(errback)
         self.login = login
+        if value_hook:
+            self.costsched_value = lambda source: "high" if source.url.endswith("/page/1") else None
 
     async def start(self) -> Any:
         if self.login:

@@ -441,6 +441,18 @@ def test_sets_and_mixed_key_dicts_hash_the_same_in_every_run(crawls: Crawls) -> 
         assert "costsched/items/unhashable" not in later.stats
 
 
+def test_a_value_hook_that_raises_loses_no_item_and_says_so_once(crawls: Crawls) -> None:
+    """Found in a trial: a ``costsched_value()`` written for requests raised on every item, and each item was lost."""
+    first = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/page/2,/page/3", value_hook="1")
+    assert first.stats["item_scraped_count"] == 3
+    assert "spider_exceptions/count" not in first.stats
+    assert first.stats["costsched/baseline"] == 3
+    assert first.stats["costsched/value_hook/errors"] == 3  # the items; the requests have a url
+    assert first.log.count("costsched_value() raised AttributeError on item of type dict") == 1
+    assert crawls.page("/page/1")["value"] == "high"  # what it said of the request stands
+    assert crawls.page("/page/2")["value"] == "normal"
+
+
 def test_a_middleware_that_rewrites_urls_keeps_visits_and_budget(crawls: Crawls) -> None:
     """Each request goes out as the middleware's replacement; the one it replaced holds no budget (found on a
     shop trial behind a scraping API: half of 60 credits stayed reserved by requests never sent)."""
