@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from scrapy_costsched.learner import Learner
-from scrapy_costsched.model import ChangeStats, RateEstimate
+from scrapy_costsched.model import ChangeStats, RateEstimate, RatePrior
 from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
 from scrapy_costsched.model.learning import PRIOR_MIN_PAGES, PRIOR_SAMPLE
 from scrapy_costsched.pages import PageState
@@ -72,6 +72,58 @@ def test_the_refit_samples_the_same_pages_whatever_order_the_keys_come_in(tmp_pa
     assert sorted(key for key, data in other.get_pages(keys) if data["estimate"] != [1.0, 0.5, 2.0]) != sorted(rewritten)
     for store in (forward, backward, other):
         store.close()
+
+
+def _put_group(store: SqliteDictStorage, page_type: str, pages: int, rate: float, rng: random.Random) -> list[str]:
+    """*pages* pages of *page_type* on shop.example, each with six daily visits of a page changing at *rate*."""
+    keys = []
+    for i in range(pages):
+        stats = ChangeStats()
+        for _ in range(6):
+            stats.add(1.0, changed=rng.random() < -math.expm1(-rate))
+        page = PageState(url=f"http://shop.example/{page_type}/{i}", host="shop.example", page_type=page_type,
+                         value="normal", first_seen=0.0, last_visit=86400.0, stats=stats)
+        keys.append(f"{page_type}{i:034x}")
+        store.put_page(keys[-1], page.to_json(), page.summary())
+    store.commit()
+    return keys
+
+
+def test_a_group_without_a_prior_of_its_own_takes_its_host_s(tmp_path: Path) -> None:
+    """Found in a trial: the sitemaps of a shop whose products change about daily were priced with the default
+    prior (one change in ten days), and the new pages they might reveal at ten days of freshness each."""
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    rng = random.Random(5)
+    groups = [(key, "shop.example|product") for key in _put_group(store, "product", 40, 1.0, rng)]
+    groups += [(key, "shop.example|sitemap") for key in _put_group(store, "sitemap", 3, 0.01, rng)]
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    learner.observed_groups.update(("shop.example|product", "shop.example|sitemap"))
+    assert learner.refit_priors(seed=1, groups=groups) == 1  # the sitemaps are too few for a prior of their own
+    store.commit()
+    restored = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    host = restored.host_priors["shop.example"]
+    assert restored.prior_of("shop.example|sitemap") == host != RatePrior()
+    assert 0.5 < host.median < 2.0
+    assert restored.prior_of("shop.example|product") == restored.priors["shop.example|product"]
+    assert restored.prior_of("other.example|product") == RatePrior()
+    store.close()
+
+
+def test_a_host_s_prior_weighs_each_group_by_its_pages_not_by_its_capped_sample(tmp_path: Path) -> None:
+    """Three times as many fast pages as slow ones: each group's own sample is capped at PRIOR_SAMPLE, and pooled
+    as they are the two would weigh alike (a median between them, near 0.14 a day)."""
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    rng = random.Random(6)
+    groups = [(key, "shop.example|product") for key in _put_group(store, "product", 3 * PRIOR_SAMPLE, 2.0, rng)]
+    groups += [(key, "shop.example|category") for key in _put_group(store, "category", PRIOR_SAMPLE, 0.01, rng)]
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    learner.observed_groups.add("shop.example|product")  # the categories are pooled all the same
+    learner.refit_priors(seed=2, groups=groups)
+    assert "shop.example|category" not in learner.priors
+    assert learner.prior_of("shop.example|new-kind").median > 0.5
+    store.close()
 
 
 def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: pytest.LogCaptureFixture) -> None:
