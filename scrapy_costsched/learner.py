@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from typing import TYPE_CHECKING
 
 import xxhash
 
 from scrapy_costsched.model import ChangeStats, RatePrior, estimate_rate
 from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
-from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
+from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_host_prior, refit_prior
 from scrapy_costsched.model.trust import CONTRADICTS, audit_date
 from scrapy_costsched.model.validators import audit_etag
 from scrapy_costsched.pages import PageState, Summary
@@ -198,19 +197,15 @@ class Learner:
                            prior=self.link_prior_of(page.group))
 
     def _refit_host_priors(self, pools: dict[str, list[tuple[str, int, list[ChangeStats]]]]) -> bool:
-        """Refit each host's prior on a sample of all its pages, each group's share of it as large as its share of
-        the host's pages (the groups' own samples are capped alike, so a thousand categories would otherwise
-        weigh as much as a million products); whether any was refitted. A host of one kind of page has that
-        kind's prior."""
+        """Refit each host's prior on its groups' samples (:func:`~.model.learning.refit_host_prior`); a host of one
+        kind of page has that kind's prior. Whether any changed."""
         refitted = False
         for host, groups in pools.items():
             if len(groups) == 1:
                 prior = self.priors.get(groups[0][0])
             else:
-                total = sum(size for _, size, _ in groups)
-                sample = [stats for _, size, histories in groups
-                          for stats in histories[:math.ceil(PRIOR_SAMPLE * size / total)]]
-                prior = refit_prior(sample, start=self.host_priors.get(host) or RatePrior())
+                prior = refit_host_prior([(size, histories) for _, size, histories in groups],
+                                         start=self.host_priors.get(host) or RatePrior())
             if prior is not None and prior != self.host_priors.get(host):
                 self.host_priors[host] = prior
                 refitted = True

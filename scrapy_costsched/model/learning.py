@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from .estimators import ChangeStats, RatePrior
 
-__all__ = ["PRIOR_MIN_PAGES", "PRIOR_SAMPLE", "observe", "refit_prior"]
+__all__ = ["PRIOR_MIN_PAGES", "PRIOR_SAMPLE", "observe", "refit_host_prior", "refit_prior"]
 
 #: Pages per group read at the end of a run to refit the group's prior.
 PRIOR_SAMPLE = 500
@@ -82,3 +82,22 @@ def refit_prior(stats: Sequence[ChangeStats], start: RatePrior) -> RatePrior | N
     if len(stats) < PRIOR_MIN_PAGES:
         return None
     return fit_prior(stats, start=start)
+
+
+def refit_host_prior(groups: Sequence[tuple[int, Sequence[ChangeStats]]], start: RatePrior) -> RatePrior | None:
+    """A host's prior, for its groups too small for one of their own, refitted on all its groups' histories.
+
+    *groups* holds each group's number of pages and its sampled histories in random order (each sample
+    is capped at PRIOR_SAMPLE). Each group's share of the pooled sample is its share of the host's pages,
+    so a thousand categories do not weigh as much as a million products; None with fewer than
+    PRIOR_MIN_PAGES histories in all.
+
+    >>> from scrapy_costsched.model import ChangeStats, RatePrior
+    >>> refit_host_prior([(5, [ChangeStats()] * 5)], RatePrior()) is None
+    True
+    """
+    total = sum(size for size, _ in groups)
+    if total <= 0:
+        return None
+    sample = [stats for size, histories in groups for stats in histories[:math.ceil(PRIOR_SAMPLE * size / total)]]
+    return refit_prior(sample, start)

@@ -104,7 +104,9 @@ class LearnedRates:
     a change dated by Last-Modified as such, once the host's dates have proven trustworthy),
     and the page's rate becomes the posterior under its group's prior; pages
     without history use the prior's median.  After each cycle (a crawl run) the
-    prior of every group observed is refitted on a sample of its pages.
+    prior of every group observed is refitted on a sample of its pages. (The
+    tracker gives a group too small for a prior of its own its host's; a
+    workload's groups are domains of thousands of pages, so that never applies.)
     """
 
     def __init__(self, pages: Sequence[Page], half_life: float = 180.0) -> None:
