@@ -75,7 +75,7 @@ class Learner:
         """The group's prior; for a group too new or too small to have one, its host's, else the default.
 
         A page of a kind the crawl has not learned yet changes more like the other pages of its site than
-        like pages anywhere (the hierarchy one level up; Gelman et al. 2013, section 5.5). That matters
+        like pages anywhere (the hierarchy one level up; Gelman et al. 2013, chapter 5). That matters
         most for the new pages a hub reveals, whose kind is not known before the spider parses them: at
         the default prior's median (one change in ten days) each was priced as ten days of freshness
         (``U_new = 1/rate``), so on a site whose pages change thrice as often, sitemaps that had revealed

@@ -342,6 +342,12 @@ def test_the_scout_and_where_the_budget_ends_are_shown_in_the_next_plan() -> Non
     assert "the run's budget reaches the first 2 rows" in lines
     report.next_plan = [article, hub]
     assert "scout" not in render_terminal(report)
+    # Found in a trial: a robots.txt that names a sitemap ranked third with a change rate of 0.015 a day.
+    robots = PlannedPage("http://127.0.0.1/robots.txt", 0.92, 1.0, 1.0, 0.015, 4.7, False, new_pages=0.28)
+    report.next_plan = [robots]
+    assert render_terminal(report).splitlines()[-1].endswith("http://127.0.0.1/robots.txt (reveals 0.28 new pages)")
+    assert Selector(text=render_html(report)).css("table#next-plan td.url span.tag::text").get() == "reveals 0.28 new pages"
+    report.next_plan = [article, hub]
     hub.planned = True  # the budget reaches every row: nothing to say
     assert "budget reaches" not in render_terminal(report)
     assert "budget reaches" not in render_html(report)

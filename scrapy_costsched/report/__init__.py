@@ -21,6 +21,7 @@ from scrapy_costsched.accounts import NO_CHANGE, PeriodAccounts, stored_periods
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.ledger import Ledger
 from scrapy_costsched.model import expected_freshness, grid_allocation, p_changed
+from scrapy_costsched.model.discovery import expected_new
 from scrapy_costsched.model.planning import Plan, leads_to_new_pages, make_plan
 from scrapy_costsched.pages import PageState
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
     from scrapy_costsched.hosts import HostBook
+    from scrapy_costsched.model.scoring import Candidate
     from scrapy_costsched.storage import StateStorage
     from scrapy_costsched.tracker import Tracker
 
@@ -213,6 +215,15 @@ class PlannedPage:
     (:func:`~.planning.make_plan`)."""
     planned: bool = False
     """The run's budget reaches it (the rows that are form a prefix of the plan's head)."""
+    new_pages: float = 0.0
+    """New pages its visit is expected to reveal, whose worth is part of its index (a page that links out
+    is priced for them, a hub or not: a robots.txt naming a sitemap, ranked high with a change rate near 0)."""
+
+    @property
+    def reveals(self) -> bool:
+        """Whether the report says what a page that is not a hub is expected to reveal: its index then
+        owes enough to new pages that its rate and days since alone would not explain it."""
+        return not self.hub and self.new_pages >= 0.01
 
 
 @dataclass
@@ -357,8 +368,16 @@ def plan_ahead(tracker: Tracker, budget: float | None) -> tuple[float | None, li
         planned.append(PlannedPage(page.url if page else None, index, candidate.cost, candidate.value, candidate.rate,
                                    None if math.isinf(candidate.elapsed) else candidate.elapsed,
                                    leads_to_new_pages(candidate), page.form if page else None, candidate in plan.scouts,
-                                   candidate.key in paid))
+                                   candidate.key in paid, _new_pages(candidate)))
     return when, planned
+
+
+def _new_pages(candidate: Candidate) -> float:
+    """The new pages *candidate*'s visit is expected to reveal (none for a page never visited: not a hub yet)."""
+    hub = candidate.hub
+    if hub is None or math.isinf(candidate.elapsed):
+        return 0.0
+    return expected_new(hub.rate, candidate.elapsed, hub.cap)
 
 
 def _pages(store: StateStorage) -> list[PageState]:
