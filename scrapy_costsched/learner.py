@@ -135,9 +135,11 @@ class Learner:
     def _forget(self, page: PageState) -> None:
         """Drop the page's change history, and its group's prior, fitted to such histories: every visit looked
         like a change, so the rates were those of the field, and the plan passed the pages over as changing too
-        often to be worth a visit. Both are learned again from the record as it is now hashed."""
+        often to be worth a visit. Both are learned again from the record as it is now hashed, and so is the
+        host's prior, which pooled those histories."""
         page.stats, page.estimate, page.changes = ChangeStats(), None, 0
         self.priors.pop(page.group, None)
+        self.host_priors.pop(page.host, None)
         self.forgotten_groups.add(page.group)
         self.stats.inc_value("costsched/history_forgotten")
 
@@ -286,7 +288,7 @@ class Learner:
                 self.store.put_page(key, page.to_json(), page.summary())
         if refitted or self.forgotten_groups:
             self.store.set_meta("priors", {name: [p.mean_log, p.sd_log] for name, p in self.priors.items()})
-        if self._refit_host_priors(pools):
+        if self._refit_host_priors(pools) or self.forgotten_groups:
             self.store.set_meta("host_priors", {host: [p.mean_log, p.sd_log] for host, p in self.host_priors.items()})
         if self.link_priors:
             self.store.set_meta("link_priors", {name: [p.shape, p.days] for name, p in self.link_priors.items()})

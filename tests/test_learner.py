@@ -270,5 +270,6 @@ def test_leaving_out_a_volatile_field_drops_the_history_and_the_prior_it_poisone
     # The prior fitted to those histories is gone from the state, and the histories start again.
     run = runs(COSTSCHED_IGNORE_FIELDS=[left_out])
     assert poisoned.group not in run.tracker.learner.priors
+    assert run.tracker.learner.prior_of(poisoned.group) == RatePrior()  # nor taken from its host's, fitted to them
     run.visit(urls[0], [Product(urls[0], 1.0, ts="day 5")], headers={"ETag": '"v1"'})
     assert (round(run.page(urls[0]).stats.visits, 6), run.page(urls[0]).changes) == (1, 0)
