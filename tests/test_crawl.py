@@ -46,17 +46,22 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
 
     Rank live pages by the model's index, ``value × U(t) / cost`` with U averaged over the rate's
     posterior interval and taken over a one-day cycle (rate = the page's estimate, or its group
-    prior's median before it has one; t = days since the last visit, infinite if never visited;
+    prior's median before it has one, its host's prior's for a group without one of its own; t = days
+    since the last visit, infinite if never visited;
     cost 1 under request billing), best first, ties by fingerprint; take the longest prefix the
     budget pays for. A page that links out is also priced as a hub: its learned new links a day (from its
     page type's pooled prior once a run has fitted one), each a new page of the default value, the host's
     default-type prior rate, cost 1.
     """
     priors = state["meta"].get("priors", {})
+    host_priors = state["meta"].get("host_priors", {})
     link_priors = state["meta"].get("link_priors", {})
 
     def prior_rate(group: str) -> float:
-        return math.exp(priors[group][0] if group in priors else RatePrior().mean_log)
+        host = group.partition("|")[0]
+        if group in priors:
+            return math.exp(priors[group][0])
+        return math.exp(host_priors[host][0] if host in host_priors else RatePrior().mean_log)
 
     ranked = []
     for key, page in state["pages"].items():

@@ -345,8 +345,10 @@ def test_the_scout_and_where_the_budget_ends_are_shown_in_the_next_plan() -> Non
     # Found in a trial: a robots.txt that names a sitemap ranked third with a change rate of 0.015 a day.
     robots = PlannedPage("http://127.0.0.1/robots.txt", 0.92, 1.0, 1.0, 0.015, 4.7, False, new_pages=0.28)
     report.next_plan = [robots]
-    assert render_terminal(report).splitlines()[-1].endswith("http://127.0.0.1/robots.txt (reveals 0.28 new pages)")
-    assert Selector(text=render_html(report)).css("table#next-plan td.url span.tag::text").get() == "reveals 0.28 new pages"
+    assert render_terminal(report).splitlines()[-1].endswith("http://127.0.0.1/robots.txt (0.28 new pages)")
+    assert Selector(text=render_html(report)).css("table#next-plan td.url span.tag::text").get() == "0.28 new pages"
+    robots.url = "http://127.0.0.1/robots.txt?" + "x" * 80  # cut to leave room for the tag: within 100 columns
+    assert max(map(len, render_terminal(report).splitlines())) <= 100
     report.next_plan = [article, hub]
     hub.planned = True  # the budget reaches every row: nothing to say
     assert "budget reaches" not in render_terminal(report)

@@ -120,14 +120,14 @@ def render_terminal(report: Report) -> str:
         _table(
             "Next plan",
             f"the head of the next run's ranking ({report.next_plan_at or 'no budgeted run yet'}): "
-            "index = value x freshness gain / cost, and for a page that links out the new pages it is expected to "
-            "reveal" + _budget_reach(report.next_plan)
+            "index = value x freshness gain / cost\n(a page that links out also earns the new pages it should reveal, "
+            "counted after its URL)" + _budget_reach(report.next_plan)
             + ("\nscout: a hub the discovery reserve pays for, with the new pages it leads to, first in the run"
                if any(p.scout for p in report.next_plan) else ""),
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
               "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
-              _url((p.url or "?") + _form(p.form)) + _hub_tag(p)]
+              _url((p.url or "?") + _form(p.form), URL_WIDTH - len(_hub_tag(p))) + _hub_tag(p)]
              for p in report.next_plan],
         ),
     ]
@@ -168,11 +168,12 @@ def _form(form: str | None) -> str:
     return f" [{form}]" if form else ""
 
 
-def _url(url: str) -> str:
-    if len(url) <= URL_WIDTH:
+def _url(url: str, width: int = URL_WIDTH) -> str:
+    """*url* cut in the middle to *width* characters (less than :data:`URL_WIDTH` where a tag follows it)."""
+    if len(url) <= width:
         return url
-    half = (URL_WIDTH - 3) // 2
-    return f"{url[:half]}...{url[-(URL_WIDTH - 3 - half):]}"
+    half = (width - 3) // 2
+    return f"{url[:half]}...{url[-(width - 3 - half):]}"
 
 
 def _hub_tag(page: PlannedPage) -> str:
@@ -181,4 +182,4 @@ def _hub_tag(page: PlannedPage) -> str:
         return " (hub, scout)"
     if page.hub:
         return " (hub)"
-    return f" (reveals {page.new_pages:.2g} new pages)" if page.reveals else ""
+    return f" ({page.new_pages:.2g} new pages)" if page.reveals else ""
