@@ -1264,7 +1264,9 @@ class Tracker:
         visit.pending_outputs += 1
 
     def item_emitted(self, visit: Visit, response: Response, item: Any) -> None:
+        """The spider yielded *item*: its class, as yielded, may name the page's type (pipelines often pass dicts on)."""
         self.visits.item_emitted(visit, response, item)
+        visit.item_types.add(item_type_name(item))
         raw = self._value_from(item, None) if callable(getattr(self.spider, "costsched_value", None)) else None
         if raw is not None:
             visit.values.append(raw)
@@ -1316,7 +1318,6 @@ class Tracker:
         visit.item_hashes.append(item_hash)
         # field_hashes raises exactly when item_hash does, so it cannot fail here.
         visit.field_hashes = self.hasher.field_hashes(item) if len(visit.item_hashes) == 1 else None
-        visit.item_types.add(item_type_name(item))
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
             visit.item_keys[item_key] = item_hash

@@ -9,21 +9,29 @@ form, then its POST, both marked ``costsched_session``; ``login=post`` marks the
 the form in ``start_urls`` can; ``login=unmarked`` neither) and yields its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
 in each process) and a dict with keys of mixed types to each item; ``-a value_hook=1`` gives the spider a
 ``costsched_value()`` that reads ``.url`` of what it is given, as a user writes one for requests alone (it raises
-on the dict items). ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
+on the dict items); ``-a typed=1`` yields each page as a ``PageRecord`` dataclass rather than a dict. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
 enabled with ``-s`` like any project's components.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import scrapy
+from itemadapter import ItemAdapter
 
 from tests.stats_spider import StatsFileSpider
 
 
 class CarriedItem(scrapy.Item):
     source = scrapy.Field()
+
+
+@dataclass
+class PageRecord:
+    url: str
+    title: str
 
 
 class SetupsSpider(StatsFileSpider):
@@ -39,7 +47,7 @@ class SetupsSpider(StatsFileSpider):
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
-                 login: str = "", hubs: str = "", value_hook: str = "", **kwargs: Any) -> None:
+                 login: str = "", hubs: str = "", value_hook: str = "", typed: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -54,6 +62,7 @@ class SetupsSpider(StatsFileSpider):
         self.carry = bool(carry)
         self.errback = bool(errback)
         self.login = login
+        self.typed = bool(typed)
         if value_hook:
             self.costsched_value = lambda source: "high" if source.url.endswith("/page/1") else None
 
@@ -94,6 +103,9 @@ class SetupsSpider(StatsFileSpider):
             yield response.follow("/redirect/7", callback=self.parse_second_half, meta=response.meta,
                                   cb_kwargs={"first": title})
             return
+        if self.typed:
+            yield PageRecord(url=response.url, title=title)
+            return
         item: dict[str, Any] = {"url": response.url, "title": title}
         if self.odd:
             item["tags"] = {f"tag-{n}" for n in range(20)}
@@ -117,10 +129,10 @@ class SetupsSpider(StatsFileSpider):
 
 
 class NewObjectPipeline:
-    """A cleaning pipeline as many projects write one: it returns a new item object."""
+    """A cleaning pipeline as many projects write one: it returns a new item object, a dict."""
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
-        return {key: value.strip() if isinstance(value, str) else value for key, value in item.items()}
+        return {key: value.strip() if isinstance(value, str) else value for key, value in ItemAdapter(item).items()}
 
 
 class ApiRewriteMiddleware:

@@ -417,6 +417,14 @@ def test_a_pipeline_returning_new_items_loses_no_observation(crawls: Crawls) -> 
     assert crawls.page("/page/1")["failures"] == 0
 
 
+def test_a_page_takes_the_class_the_spider_yields_behind_a_pipeline_that_returns_dicts(crawls: Crawls) -> None:
+    """The page type names the item class of the spider's output, not of the pipelines' (found on a job board's
+    API whose pipeline stored dataclass items and passed on dicts: every page stayed 'default')."""
+    crawls.run("COSTSCHED_BUDGET=10", 'ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}',
+               paths="/page/1", typed="1")
+    assert crawls.page("/page/1")["page_type"] == "PageRecord"
+
+
 def test_drop_unchanged_works_behind_a_pipeline_returning_new_items(crawls: Crawls) -> None:
     settings = ('ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}', "COSTSCHED_DROP_UNCHANGED=True",
                 "COSTSCHED_BUDGET=10", "CONCURRENT_ITEMS=1")
