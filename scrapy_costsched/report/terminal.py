@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 FIRST_COLUMN = 30
 #: URLs longer than this are shortened in the middle (``--json`` and ``--html`` have them whole).
 URL_WIDTH = 56
+#: The least a form's method and body keep of the URL column when both do not fit.
+FORM_WIDTH = 20
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -114,7 +116,7 @@ def render_terminal(report: Report) -> str:
             "pages whose fetches most often found nothing new, by what those fetches cost",
             ["visits", "changes", "no-change cost", "rate", "url"],
             [[p.visits, p.changes, amount(p.no_change_cost, unit), "-" if p.rate is None else f"{p.rate:.3g}",
-              _url(p.url + _form(p.form)) + (f" (moved to {_url(p.moved_to)})" if p.moved_to else "")]
+              _page_url(p.url, p.form) + (f" (moved to {_url(p.moved_to)})" if p.moved_to else "")]
              for p in report.wasteful_pages],
         ),
         _table(
@@ -127,7 +129,7 @@ def render_terminal(report: Report) -> str:
             ["index", "cost", "value", "rate", "days since", "url"],
             [[f"{p.index:.3g}", amount(p.cost, unit), f"{p.value:g}", f"{p.rate:.3g}",
               "never" if p.days_since_visit is None else f"{p.days_since_visit:.1f}",
-              _url((p.url or "?") + _form(p.form), URL_WIDTH - len(_hub_tag(p))) + _hub_tag(p)]
+              _page_url(p.url or "?", p.form, URL_WIDTH - len(_hub_tag(p))) + _hub_tag(p)]
              for p in report.next_plan],
         ),
     ]
@@ -163,9 +165,16 @@ def _gone_causes(data: Dataset) -> str:
     return f" ({'; '.join(causes)})" if causes else ""
 
 
-def _form(form: str | None) -> str:
-    """What tells a form's pages apart, after their shared URL."""
-    return f" [{form}]" if form else ""
+def _page_url(url: str, form: str | None, width: int = URL_WIDTH) -> str:
+    """*url* and, for a form's page, what tells it apart from the form's other pages (its method and body, in
+    brackets), within *width*: the body is cut before the URL is, which says where the form goes."""
+    if not form:
+        return _url(url, width)
+    bracketed = len(form) + 3
+    if len(url) + bracketed <= width:
+        return f"{url} [{form}]"
+    shown = _url(url, max(width - bracketed, min(len(url), width - FORM_WIDTH)))
+    return f"{shown} [{_url(form, width - len(shown) - 3)}]"
 
 
 def _url(url: str, width: int = URL_WIDTH) -> str:
