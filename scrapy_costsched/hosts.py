@@ -2,14 +2,14 @@
 and how healthy it is.
 
 Kept in the state's meta, one row per host (``host:<name>``): its Last-Modified audits
-(``last_modified``), its ETag audits, 304 answers and how often it sends each validator
-(``validators``), the mean bytes of a full fetch and of a 304 per page type (``bytes``)
-and its recent attempts, failures, latency and Retry-After block (``health``;
-:mod:`~.model.health`). A safe point rewrites only the rows of the hosts touched since the
-last one, so a crawl of many hosts does not rewrite all of them at every commit. States
-written before kept each kind in one row for every host (``last_modified_trust``,
-``host_validators``, ``host_bytes``, ``host_health``); those are read and moved into the
-per-host rows at the next save. An unreadable entry restarts that host's learning only.
+(``last_modified``) and when in the day its dates fall (``date_timing``), its ETag audits, 304
+answers and how often it sends each validator (``validators``), the mean bytes of a full fetch
+and of a 304 per page type (``bytes``) and its recent attempts, failures, latency and
+Retry-After block (``health``; :mod:`~.model.health`). A safe point rewrites only the rows of
+the hosts touched since the last one, so a crawl of many hosts does not rewrite all of them at
+every commit. States written before kept each kind in one row for every host
+(``last_modified_trust``, ``host_validators``, ``host_bytes``, ``host_health``); those are read
+and moved into the per-host rows at the next save. An unreadable entry restarts that host's learning only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_costsched.headers import format_http_date
 from scrapy_costsched.model.health import HostHealth
-from scrapy_costsched.model.trust import SignalTrust
+from scrapy_costsched.model.trust import DateTiming, SignalTrust
 from scrapy_costsched.model.validators import CANARY_ETAG, HostValidators
 from scrapy_costsched.pages import Hops, MeanBytes
 
@@ -51,6 +51,7 @@ class HostBook:
         self.store = store
         self.stats = stats
         self.last_modified: dict[str, SignalTrust] = {}
+        self.date_timing: dict[str, DateTiming] = {}
         self.validators: dict[str, HostValidators] = {}
         self.bytes: dict[str, MeanBytes] = {}  # by group (host|page type), and group|304; host|/robots.txt too
         self._groups: dict[str, set[str]] = {}  # each host's keys of bytes
@@ -62,6 +63,7 @@ class HostBook:
         #: Each kind of entry's book, and how a stored entry of it is parsed.
         self._books: dict[str, tuple[dict[str, Any], Callable[[Any], Any]]] = {
             "last_modified": (self.last_modified, SignalTrust.from_json),
+            "date_timing": (self.date_timing, DateTiming.from_json),
             "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
             "bytes": (self.bytes, MeanBytes.from_json),
             "hops": (self.hops, Hops.from_json),
@@ -111,6 +113,17 @@ class HostBook:
         """*host*'s Last-Modified audits, to read or to audit (so it is saved at the next safe point)."""
         self._touched.add(host)
         return self.last_modified.setdefault(host, SignalTrust())
+
+    def timing_of(self, host: str) -> DateTiming:
+        """When in the day *host*'s dates fall, to read or to count a date into (saved at the next safe point)."""
+        self._touched.add(host)
+        return self.date_timing.setdefault(host, DateTiming())
+
+    def date_resolution(self, host: str) -> float:
+        """How closely *host*'s Last-Modified dates its changes, in days: to the second, or to the day where its
+        dates bunch at one time of the day (:class:`~.model.trust.DateTiming`)."""
+        timing = self.date_timing.get(host)
+        return 1.0 if timing is not None and timing.batched else 1.0 / 86_400
 
     def of(self, host: str) -> HostValidators:
         """The validators of *host* (its Last-Modified audits are :meth:`last_modified_trust`'s), to read or
@@ -218,12 +231,21 @@ class HostBook:
             if health.latency is not None:
                 self.stats.set_value(f"costsched/hosts/{host}/latency", round(health.latency, 4))
         for host, validators in self.validators.items():
-            for signal, verdict in validators.verdicts().items():
+            for signal, verdict in self.verdicts(host).items():
                 self.stats.set_value(f"costsched/hosts/{host}/{signal}", verdict)
             answers = validators.answers.answered + validators.responses
             if answers:
                 self.stats.set_value(f"costsched/hosts/{host}/not_modified_share",
                                      round(validators.answers.answered / answers, 4))
+
+    def verdicts(self, host: str) -> dict[str, str]:
+        """*host*'s verdict per signal (it has validators); trusted dates that bunch at one time of the day, which
+        date changes to the day, are ``"batched"`` (:class:`~.model.trust.DateTiming`)."""
+        verdicts = self.validators[host].verdicts()
+        timing = self.date_timing.get(host)
+        if verdicts["last_modified"] == "trusted" and timing is not None and timing.batched:
+            verdicts["last_modified"] = "batched"
+        return verdicts
 
     def save(self) -> None:
         """Write the rows of the hosts touched since the last save (and retire the former shared rows)."""
@@ -238,6 +260,8 @@ class HostBook:
         row: dict[str, Any] = {}
         if host in self.last_modified:
             row["last_modified"] = self.last_modified[host].to_json()
+        if host in self.date_timing:
+            row["date_timing"] = self.date_timing[host].to_json()
         if host in self.validators:
             row["validators"] = self.validators[host].to_json()
         if host in self.health:

@@ -116,7 +116,8 @@ class Learner:
             if not visit.redirected:
                 modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
                 self._audit_validators(page, visit, changed)
-            observe(page.stats, interval_days, changed, self.half_life_days, modified_ago, resolution=1.0 / DAY)
+            observe(page.stats, interval_days, changed, self.half_life_days, modified_ago,
+                    resolution=self.hosts.date_resolution(page.host))
             page.estimate = estimate_rate(page.stats, self.prior_of(page.group))
             page.changes += changed
             outcome = "changed" if changed else "unchanged"
@@ -124,6 +125,8 @@ class Learner:
         self._record_links(page, visit)
         self.hosts.of(page.host).saw(visit.etag is not None, visit.last_modified is not None)
         page.record, page.record_kind = record, kind
+        if visit.last_modified is not None and visit.last_modified != page.last_modified and not visit.redirected:
+            self._time_date(page.host, visit.last_modified)
         page.last_modified, page.etag, page.redirected = visit.last_modified, visit.etag, visit.redirected
         page.item_hashes = sorted(visit.item_hashes)
         page.item_keys = dict(visit.item_keys)
@@ -231,6 +234,16 @@ class Learner:
         if age_days is not None:
             self.stats.inc_value("costsched/last_modified/dated_changes")
         return age_days
+
+    def _time_date(self, host: str, date: float) -> None:
+        """Count a new Last-Modified *date* of *host* by its time of day, and say when its dates turn out to bunch."""
+        timing = self.hosts.timing_of(host)
+        was = timing.batched
+        timing.saw(date % DAY / DAY)
+        if timing.batched and not was:
+            logger.info("costsched: %s's Last-Modified dates bunch at one time of the day, as an update run daily "
+                        "dates them: they date its pages' changes to the day (costsched/hosts/%s/last_modified)",
+                        host, host)
 
     def refit_priors(self, seed: int, groups: Iterable[tuple[str, str]] | None = None) -> int:
         """Refit each observed group's prior by marginal likelihood on a sample of its pages, and its prior on

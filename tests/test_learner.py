@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from scrapy_costsched.learner import Learner
+from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.model import ChangeStats, RateEstimate, RatePrior
 from scrapy_costsched.model.discovery import LinkPrior, NewLinkStats, pooled_prior
 from scrapy_costsched.model.learning import PRIOR_MIN_PAGES, PRIOR_SAMPLE
@@ -183,6 +183,49 @@ def test_a_host_that_dates_each_answer_at_its_own_time_is_said_to_be_volatile_on
         line = next(line for line in said if f"'s {header} " in line)
         assert line.startswith(f"costsched: shop.example's {header} moves without the records (as at http://")
         assert line.endswith(f"(costsched/hosts/shop.example/{stat})")
+
+
+def test_changes_a_site_dates_just_before_each_crawl_do_not_make_its_pages_look_hourly(
+        runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Found on a job board's API (trial 11): a nightly update dates each change an hour before the morning crawl.
+    Read to the second, such a date says "changed, then unchanged for an hour": on a page with little history, one
+    of them made a page that changes every few days look like five to ten changes a day, and the plan, which writes
+    off pages that change too often to be kept fresh, did not visit two pages in five again. Dates that bunch at
+    one time of the day date their changes to the day."""
+    caplog.set_level(logging.INFO, logger="scrapy_costsched")
+    rng = random.Random(3)
+    version: dict[str, int] = {}
+    modified: dict[str, float] = {}
+
+    def crawl(urls: list[str], changes: list[float]) -> Any:
+        run = runs()
+        for url, chance in zip(urls, changes, strict=True):
+            if url in version and rng.random() < chance:  # the night's batch, an hour before the crawl
+                version[url] += 1
+                modified[url] = NOW[0] - 3600.0
+            version.setdefault(url, 0)
+            modified.setdefault(url, NOW[0] - 5 * DAY)
+            run.visit(url, [Product(url, float(version[url]))],
+                      headers={"Last-Modified": formatdate(modified[url], usegmt=True),
+                               "Date": formatdate(NOW[0], usegmt=True)})
+        return run
+
+    old = [f"http://shop.example/p/{n}" for n in range(1, 21)]
+    for _ in range(6):  # the host's dates earn trust; its pages change from once in 50 days to twice in 3
+        crawl(old, [(0.02, 0.1, 0.3, 0.7)[n % 4] for n in range(len(old))])
+    new = [f"http://shop.example/p/{n}" for n in range(21, 31)]
+    crawl(new, [0.0] * len(new))  # listed today: a first visit
+    runs()
+    run = crawl(new, [1.0] * len(new))  # two days later, each has changed in the night
+    rates = [run.page(url).estimate.rate for url in new]
+    assert max(rates) < 1.5, rates  # changed once in two days
+    assert run.stats["costsched/last_modified/dated_changes"] == len(new)
+    assert run.tracker.hosts.last_modified_trust("shop.example").trusted
+    assert run.tracker.hosts.verdicts("shop.example")["last_modified"] == "batched"  # its dates tell the day
+    said = [r.getMessage() for r in caplog.records if "bunch at one time of the day" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith("costsched: shop.example's Last-Modified dates bunch at one time of the day")
+    assert said[0].endswith("(costsched/hosts/shop.example/last_modified)")
 
 
 def test_a_redirected_answer_s_dates_and_etags_do_not_audit_its_host(runs: Any) -> None:

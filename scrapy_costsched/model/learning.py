@@ -48,8 +48,10 @@ def observe(
     which has likelihood rate·e^(−rate·modified_ago), far more than "changed
     at least once in *interval*" (Cho & Garcia-Molina, TODS 2003, section 4:
     the last-modified estimator).  It enters as a change within the date's
-    *resolution* (HTTP dates: one second) followed by *modified_ago* unchanged;
-    what came before that change tells nothing more.  A negative age (a date
+    *resolution* (HTTP dates: one second; a day where a host's dates bunch at
+    one time of the day, :class:`~.trust.DateTiming`), and no earlier than the
+    previous visit, followed by *modified_ago* unchanged; what came before
+    that change tells nothing more.  A negative age (a date
     ahead of the clock it is read against) counts as zero; a date before the
     previous visit contradicts the history and is not used.
 
@@ -67,7 +69,8 @@ def observe(
         raise ValueError("half_life must be positive")
     decay = 1.0 if half_life == math.inf else 0.5 ** (max(interval, 0.0) / half_life)
     if changed and modified_ago is not None and modified_ago < interval:
-        stats.add(resolution, True, decay=decay, then_unchanged=modified_ago)
+        within = min(resolution, interval - max(modified_ago, 0.0))
+        stats.add(within, True, decay=decay, then_unchanged=modified_ago)
     else:
         stats.add(interval, changed, decay=decay)
 

@@ -20,14 +20,23 @@ visit, later ignored) is one strike, not one per page.
 
 :class:`SignalTrust` keeps these counts for any validator a full response can
 be audited against: :mod:`~.validators` audits ETags with it too.
+
+A date that moves exactly with the record may still not time the change as a
+Poisson change would be timed. A site whose update runs at one time of the day
+(a nightly import an hour before the morning's crawl) dates every change at
+that time: read to the second, such a date says "changed, then unchanged for
+an hour", and on a page with little history one of them made a page that
+changes every few days look like five to ten changes a day, too often to be
+worth a visit again (a job board's API in a trial). :class:`DateTiming` sees
+when in the day a host's dates fall; where they bunch, a date tells the day.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["AGREES", "CONTRADICTS", "PROBATION_AUDITS", "TRUST_AFTER", "VOLATILE", "VOLATILE_SHARE", "SignalTrust",
-           "audit_date"]
+__all__ = ["AGREES", "BATCHED_AFTER", "BATCHED_SHARE", "CONTRADICTS", "PROBATION_AUDITS", "TRUST_AFTER", "VOLATILE",
+           "VOLATILE_SHARE", "DateTiming", "SignalTrust", "audit_date"]
 
 #: Agreeing audits before a host's Last-Modified dates a change.
 TRUST_AFTER = 3
@@ -39,6 +48,11 @@ PROBATION_AUDITS = 20
 AUDIT_MEMORY = 200
 
 AGREES, VOLATILE, CONTRADICTS = "agrees", "volatile", "contradicts"
+
+#: Dates a host's pages must have shown before they can be found to bunch at one time of the day ...
+BATCHED_AFTER = 10
+#: ... and the share of them within two adjacent hours that makes them bunch.
+BATCHED_SHARE = 0.9
 
 
 @dataclass
@@ -133,6 +147,63 @@ class SignalTrust:
         if len(data) == 3 and data[2]:
             return cls(0, 0, data[2], data[2], PROBATION_AUDITS * 2 ** min(data[2] - 1, 10))
         return cls(*data)
+
+
+@dataclass
+class DateTiming:
+    """When in the day one host's Last-Modified dates fall, in hourly bins (UTC), each date counted once.
+
+    Dates of changes that come at any time spread over the day (or over working hours); an update run at
+    one time of the day puts at least :data:`BATCHED_SHARE` of them within two hours. Such a host's date
+    tells on which day its page changed, not when: a change is dated to the day
+    (:func:`~.learning.observe`'s *resolution*).
+    """
+
+    hours: list[float] = field(default_factory=lambda: [0.0] * 24)
+
+    def saw(self, time_of_day: float) -> None:
+        """Count a date *time_of_day* (a fraction of the day) into its hour; old dates fade as audits do.
+
+        >>> timing = DateTiming()
+        >>> for day in range(10):
+        ...     timing.saw(0.29)  # 07:00 each day
+        >>> timing.batched, timing.hours[6:8]
+        (True, [10.0, 0.0])
+        """
+        self.hours[int(time_of_day % 1.0 * 24) % 24] += 1.0
+        if sum(self.hours) > AUDIT_MEMORY:
+            self.hours = [count / 2.0 for count in self.hours]
+
+    @property
+    def batched(self) -> bool:
+        """Whether the host's dates bunch within two hours of the day (the window may span midnight).
+
+        >>> DateTiming([1.0] * 24).batched, DateTiming([5.0] + [0.0] * 22 + [5.0]).batched
+        (False, True)
+        >>> DateTiming([9.0] + [0.0] * 22 + [1.0]).batched, DateTiming([8.0] + [0.0] * 12 + [2.0] + [0.0] * 10).batched
+        (True, False)
+        """
+        seen = sum(self.hours)
+        bunched = max(self.hours[hour] + self.hours[(hour + 1) % 24] for hour in range(24))
+        return seen >= BATCHED_AFTER and bunched >= BATCHED_SHARE * seen
+
+    def to_json(self) -> list[float]:
+        return list(self.hours)
+
+    @classmethod
+    def from_json(cls, data: object) -> DateTiming:
+        """Rebuild stored counts; ``ValueError`` unless 24 non-negative numbers.
+
+        >>> DateTiming.from_json([1] + [0] * 23).hours[:2]
+        [1.0, 0.0]
+        >>> DateTiming.from_json([1, 2])
+        Traceback (most recent call last):
+        ValueError: malformed date timing counts: [1, 2]
+        """
+        if not (isinstance(data, list) and len(data) == 24
+                and all(isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 0 for n in data)):
+            raise ValueError(f"malformed date timing counts: {data!r}")
+        return cls([float(n) for n in data])
 
 
 def audit_date(

@@ -404,9 +404,8 @@ def _hosts(book: HostBook, groups: list[tuple[str, str, dict[str, float]]], page
     for host in names:
         row = HostRow(host, len(by_host[host]), Figures.of(c for h, _, c in groups if h == host),
                       Rates.of(_estimated_rates(by_host[host])))
-        validators = book.validators.get(host)
-        if validators is not None:
-            verdicts = validators.verdicts()
+        if host in book.validators:
+            verdicts = book.verdicts(host)
             row.etag, row.last_modified = verdicts["etag"], verdicts["last_modified"]
             row.not_modified_answers = verdicts["not_modified"]
         health = book.health.get(host)

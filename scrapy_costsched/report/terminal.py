@@ -97,7 +97,8 @@ def render_terminal(report: Report) -> str:
         ),
         _table(
             "Host signals",
-            "validator verdicts (trusted, learning, volatile, lies, none; 304s: false, ignored); health now",
+            "validator verdicts (trusted, learning, volatile, lies, none; 304s: false, ignored; Last-Modified\n"
+            "also batched: trusted, dates bunch at one time of the day, so they tell the day); health now",
             ["host", "ETag", "Last-Modified", "304 answers", "health", "latency s", "blocked until"],
             [[h.host, h.etag or "-", h.last_modified or "-", h.not_modified_answers or "-", share(h.health),
               "-" if h.latency is None else f"{h.latency:.2f}", h.blocked_until or "-"] for h in report.hosts],

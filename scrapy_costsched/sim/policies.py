@@ -43,7 +43,7 @@ from scrapy_costsched.model.grid import frequency_at, grid_allocation
 from scrapy_costsched.model.learning import PRIOR_SAMPLE, observe, refit_prior
 from scrapy_costsched.model.planning import make_plan
 from scrapy_costsched.model.scoring import Candidate, affordable_prefix
-from scrapy_costsched.model.trust import SignalTrust, audit_date
+from scrapy_costsched.model.trust import DateTiming, SignalTrust, audit_date
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -118,6 +118,7 @@ class LearnedRates:
         #: The Last-Modified each page's copy came with (the initial copies' too, as their fetch saw it).
         self.dates = [None if p.last_visit is None else p.modified_at(p.last_visit) for p in pages]
         self.trust: dict[str, SignalTrust] = {}
+        self.timing: dict[str, DateTiming] = {}
         self._observed_groups: set[str] = set()
 
     def prior_of(self, group: str) -> RatePrior:
@@ -140,22 +141,28 @@ class LearnedRates:
         """A visit at *time*, *interval* after the previous one (None: the first), and its Last-Modified.
 
         The date is used as the tracker uses it: only once the host's dates have
-        agreed with what its pages' visits found (:func:`~scrapy_costsched.model.trust.audit_date`).
+        agreed with what its pages' visits found (:func:`~scrapy_costsched.model.trust.audit_date`),
+        and to the day where they bunch at one time of the day
+        (:class:`~scrapy_costsched.model.trust.DateTiming`).
         """
         previous_date = self.dates[i]
+        host = self.pages[i].host
+        timing = self.timing.setdefault(host, DateTiming())
         if modified is not None:  # a 304, or a host without dates, keeps the date last seen
             self.dates[i] = modified
+            if modified != previous_date:
+                timing.saw(modified % 1.0)
         if interval is None:
             return
         modified_ago = None
         if modified is not None:
-            trust = self.trust.setdefault(self.pages[i].host, SignalTrust())
+            trust = self.trust.setdefault(host, SignalTrust())
             modified_ago = audit_date(trust, previous_date, modified, time - modified, changed, interval)[1]
         stats = self.stats[i]
         if stats is None:
             stats = self.stats[i] = ChangeStats()
         group = self.pages[i].group
-        observe(stats, interval, changed, self.half_life, modified_ago, resolution=_SECOND)
+        observe(stats, interval, changed, self.half_life, modified_ago, resolution=1.0 if timing.batched else _SECOND)
         self.estimates[i] = estimate_rate(stats, self.prior_of(group))
         self._observed_groups.add(group)
 
