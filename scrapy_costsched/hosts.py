@@ -122,8 +122,7 @@ class HostBook:
     def date_resolution(self, host: str) -> float:
         """How closely *host*'s Last-Modified dates its changes, in days: to the second, or to the day where its
         dates bunch at one time of the day (:class:`~.model.trust.DateTiming`)."""
-        timing = self.date_timing.get(host)
-        return 1.0 if timing is not None and timing.batched else 1.0 / 86_400
+        return self.date_timing.get(host, DateTiming()).resolution
 
     def of(self, host: str) -> HostValidators:
         """The validators of *host* (its Last-Modified audits are :meth:`last_modified_trust`'s), to read or

@@ -1,16 +1,17 @@
 """A user's spider for ``scrapy runspider``, with the set-ups real projects have (issue 8's regressions).
 
-``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes ``/page/6`` chain a sub-request
-(with the page's meta) through a redirect; ``-a allowed=host`` sets ``allowed_domains``;
-``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on each start request
-(as spiders choose a region or a currency); ``-a carry=1`` passes an item to the callback in each start
-request's meta (as older spiders build an item across pages); ``-a login=1`` logs in first (the ``/login``
-form, then its POST, both marked ``costsched_session``; ``login=post`` marks the POST alone, as a spider with
-the form in ``start_urls`` can; ``login=unmarked`` neither) and yields its start URLs once logged in; ``-a odd=1`` adds a set field (iterated in a different order
-in each process) and a dict with keys of mixed types to each item; ``-a value_hook=1`` gives the spider a
-``costsched_value()`` that reads ``.url`` of what it is given, as a user writes one for requests alone (it raises
-on the dict items); ``-a typed=1`` yields each page as a ``PageRecord`` dataclass rather than a dict. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are
-enabled with ``-s`` like any project's components.
+``-a paths=/page/1,/page/2`` are its start URLs (paths on ``-a site``, or whole URLs); ``-a chain=1`` makes
+``/page/6`` chain a sub-request (with the page's meta) through a redirect; ``-a allowed=host`` sets
+``allowed_domains``; ``-a callbacks=lambda`` parses with a lambda; ``-a cookie=name=value`` sets a cookie on
+each start request (as spiders choose a region or a currency); ``-a carry=1`` passes an item to the callback in
+each start request's meta (as older spiders build an item across pages); ``-a login=1`` logs in first (the
+``/login`` form, then its POST, both marked ``costsched_session``; ``login=post`` marks the POST alone, as a
+spider with the form in ``start_urls`` can; ``login=unmarked`` neither) and yields its start URLs once logged
+in; ``-a odd=1`` adds a set field (iterated in a different order in each process) and a dict with keys of mixed
+types to each item; ``-a value_hook=1`` gives the spider a ``costsched_value()`` that reads ``.url`` of what it
+is given, as a user writes one for requests alone (it raises on the dict items); ``-a typed=1`` yields each page
+as a ``PageRecord`` dataclass rather than a dict. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are enabled
+with ``-s`` like any project's components.
 """
 
 from __future__ import annotations

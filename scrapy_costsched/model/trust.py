@@ -187,6 +187,15 @@ class DateTiming:
         bunched = max(self.hours[hour] + self.hours[(hour + 1) % 24] for hour in range(24))
         return seen >= BATCHED_AFTER and bunched >= BATCHED_SHARE * seen
 
+    @property
+    def resolution(self) -> float:
+        """How closely the host's dates date its changes, in days: to the day when :attr:`batched`, else to the second.
+
+        >>> DateTiming([10.0] + [0.0] * 23).resolution, DateTiming().resolution == 1.0 / 86_400
+        (1.0, True)
+        """
+        return 1.0 if self.batched else 1.0 / 86_400
+
     def to_json(self) -> list[float]:
         return list(self.hours)
 

@@ -162,7 +162,7 @@ class LearnedRates:
         if stats is None:
             stats = self.stats[i] = ChangeStats()
         group = self.pages[i].group
-        observe(stats, interval, changed, self.half_life, modified_ago, resolution=1.0 if timing.batched else _SECOND)
+        observe(stats, interval, changed, self.half_life, modified_ago, resolution=timing.resolution)
         self.estimates[i] = estimate_rate(stats, self.prior_of(group))
         self._observed_groups.add(group)
 
