@@ -4,7 +4,8 @@ and how healthy it is.
 Kept in the state's meta, one row per host (``host:<name>``): its Last-Modified audits
 (``last_modified``) and when in the day its dates fall (``date_timing``), its ETag audits, 304
 answers and how often it sends each validator (``validators``), the mean bytes of a full fetch
-and of a 304 per page type (``bytes``) and its recent attempts, failures, latency and
+and of a 304 per page type (``bytes``), the redirects (``hops``) and media downloads (``media``) its visits
+bring, and its recent attempts, failures, latency and
 Retry-After block (``health``; :mod:`~.model.health`). A safe point rewrites only the rows of
 the hosts touched since the last one, so a crawl of many hosts does not rewrite all of them at
 every commit. States written before kept each kind in one row for every host
@@ -38,7 +39,7 @@ HOST_PREFIX = "host:"
 #: The group under which a host's robots.txt answers are measured (no page type has a '/'-led name).
 ROBOTS_TYPE = "/robots.txt"
 #: Kinds of entry a host's row keeps per group of its pages (host|page type), not one for the host.
-_BY_GROUP = frozenset({"bytes", "hops"})
+_BY_GROUP = frozenset({"bytes", "hops", "media"})
 #: The rows that held one kind of entry for every host before a row per host, and that kind.
 _SHARED_ROWS = {"last_modified_trust": "last_modified", "host_validators": "validators", "host_bytes": "bytes",
                 "host_health": "health"}
@@ -57,6 +58,10 @@ class HostBook:
         self._groups: dict[str, set[str]] = {}  # each host's keys of bytes
         self.hops: dict[str, Hops] = {}  # by group (host|page type)
         self._hop_groups: dict[str, set[str]] = {}  # each host's keys of hops
+        # The media pipelines' downloads a visit brings (scrapy_costsched.media), by group, and group|new for the
+        # first visits of its pages (which download every file their items list).
+        self.media: dict[str, Hops] = {}
+        self._media_groups: dict[str, set[str]] = {}  # each host's keys of media
         self.health: dict[str, HostHealth] = {}
         self._first_verifications: set[str] = set()  # hosts never verified whose first verification is in flight
         self._touched: set[str] = set()  # hosts whose entries may have changed since the last save
@@ -67,6 +72,7 @@ class HostBook:
             "validators": (self.validators, lambda data: HostValidators.from_json(data, SignalTrust())),
             "bytes": (self.bytes, MeanBytes.from_json),
             "hops": (self.hops, Hops.from_json),
+            "media": (self.media, Hops.from_json),
             "health": (self.health, HostHealth.from_json),
         }
         self._shared_rows: list[str] = []
@@ -88,6 +94,8 @@ class HostBook:
             self._groups.setdefault(group.partition("|")[0], set()).add(group)
         for group in self.hops:
             self._hop_groups.setdefault(group.partition("|")[0], set()).add(group)
+        for key in self.media:
+            self._media_groups.setdefault(key.partition("|")[0], set()).add(key)
         if self._shared_rows:  # moved into rows of their own at the next save
             self._touched.update(self.last_modified, self.validators, self.health, self._groups)
 
@@ -173,6 +181,27 @@ class HostBook:
         if hops is None:
             hops = self.hops[group] = Hops()
         hops.add(sizes)
+
+    def add_media(self, group: str, first: bool, sizes: Sequence[float]) -> None:
+        """A visit of a page of *group* (its *first*, or a later one) brought media downloads of *sizes* bytes."""
+        host, key = group.partition("|")[0], f"{group}|new" if first else group
+        self._touched.add(host)
+        self._media_groups.setdefault(host, set()).add(key)
+        self.media.setdefault(key, Hops()).add(sizes)
+
+    def media_per_visit(self, group: str | None, first: bool) -> tuple[float, float] | None:
+        """The media downloads a *first* (or later) visit of a page of *group* brings, and their mean bytes; of every
+        group's visits of that kind when *group* (``None``: a kind of page not known yet) has none measured."""
+        media = self.media.get(f"{group}|new" if first else group) if group is not None else None
+        if media is not None and media.visits:
+            return media.per_visit, media.bytes.mean
+        kind = [media for key, media in self.media.items() if key.endswith("|new") == first and media.visits]
+        visits = sum(media.visits for media in kind)
+        downloads = sum(media.per_visit * media.visits for media in kind)
+        if not downloads:
+            return None
+        mean = sum(media.bytes.mean * media.per_visit * media.visits for media in kind) / downloads
+        return downloads / visits, mean
 
     def mean_bytes(self, group: str | None, not_modified: bool) -> float | None:
         """The mean bytes of one kind of answer for pages of *group*, or over every group of pages (``None``)."""
@@ -271,4 +300,7 @@ class HostBook:
         hop_groups = self._hop_groups.get(host)
         if hop_groups:
             row["hops"] = {group: self.hops[group].to_json() for group in sorted(hop_groups)}
+        media_groups = self._media_groups.get(host)
+        if media_groups:
+            row["media"] = {key: self.media[key].to_json() for key in sorted(media_groups)}
         return row

@@ -295,6 +295,11 @@ class Ledger:
         self.store.set_meta(self._key, self._granted)
         self._commit()
 
+    def held(self, holder: str) -> float:
+        """What the named *holder* holds (0 when nothing)."""
+        entry = self._reservations.get(holder)
+        return entry[0] if entry is not None else 0.0
+
     def release(self, request: Request | str) -> bool:
         """Drop *request*'s reservation unpaid; ``True`` if it held one."""
         return self._release(request) is not None

@@ -77,10 +77,12 @@ class MeanBytes:
 
 @dataclass
 class Hops:
-    """The redirects a visit of one kind of page goes through before its answer: how many a visit, and their bytes.
+    """The downloads a visit of one kind of page brings besides its answer: how many a visit, and their bytes.
 
-    A link to a URL that redirects (``/p/7`` to ``/post/7/``, ``http`` to ``https``) costs every visit an attempt
-    more, which each billing model charges: a visit is priced with its kind of page's hops.
+    The redirects it goes through first: a link to a URL that redirects (``/p/7`` to ``/post/7/``, ``http`` to
+    ``https``) costs every visit an attempt more, which each billing model charges, so a visit is priced with its
+    kind of page's hops. The files a media pipeline downloads for its items are counted the same way
+    (:meth:`~scrapy_costsched.hosts.HostBook.add_media`).
 
     >>> hops = Hops()
     >>> for sizes in ([200.0], [], [200.0, 300.0]): hops.add(sizes)

@@ -141,12 +141,17 @@ class RecordHasher:
     hash_fields: Mapping[str, tuple[str, ...]]
     ignore_fields: Mapping[str, tuple[str, ...]]
     item_key: Mapping[str, str]
+    pipeline_fields: tuple[str, ...] = ()
+    """Fields item pipelines write (a media pipeline's ``files``): left out of every item unless
+    ``COSTSCHED_HASH_FIELDS`` names them (:mod:`~scrapy_costsched.media`)."""
 
     @cached_property
     def config_id(self) -> str:
         """Identifies the configuration; pages hashed under another one are re-baselined (asked of every item)."""
-        config = [CANONICAL_FORM_VERSION, sorted(self.hash_fields.items()), sorted(self.ignore_fields.items()),
-                  sorted(self.item_key.items())]
+        config: list[Any] = [CANONICAL_FORM_VERSION, sorted(self.hash_fields.items()),
+                             sorted(self.ignore_fields.items()), sorted(self.item_key.items())]
+        if self.pipeline_fields:  # only then: the states of crawls without them keep their configuration
+            config.append(sorted(self.pipeline_fields))
         return xxhash.xxh3_64_hexdigest(json.dumps(config, sort_keys=True).encode())
 
     def canonical(self, item: Any) -> dict[str, Any]:
@@ -156,6 +161,9 @@ class RecordHasher:
         keep = _fields_for(self.hash_fields, type_name)
         if keep is not None:
             fields = {name: fields[name] for name in keep if name in fields}
+        else:
+            for name in self.pipeline_fields:
+                fields.pop(name, None)
         for name in _fields_for(self.ignore_fields, type_name) or ():
             fields.pop(name, None)
         return {"type": type_name, "fields": fields}

@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlparse
 
+from itemadapter import ItemAdapter
 from scrapy import Request, signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
+from w3lib.url import safe_url_string
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
 from scrapy_costsched.billing import BILLS_EXPLICIT_PRICES, BillingModel
@@ -35,6 +37,7 @@ from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, per_change
+from scrapy_costsched.media import media_fields
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
 from scrapy_costsched.model.scoring import Candidate
@@ -130,17 +133,24 @@ async def _finished(closed: Deferred[None]) -> None:
 
 class _GroupCosts(NamedTuple):
     """A visit's price for the pages of one group: in *full*, answered 304 (*revalidation*, ``None`` when not
-    planned so), the part of each that pays for the failed attempts its host's health expects first, and the
-    part that pays for the redirects its pages' visits go through."""
+    planned so), the part of each that pays for the failed attempts its host's health expects first, the
+    part that pays for the redirects its pages' visits go through, and the part that pays for the media downloads
+    a later visit brings (*media*), where a page's first visit brings *new_media* instead."""
 
     full: float
     revalidation: float | None
     failures: float
     hops: float
+    media: float
+    new_media: float
 
 
 def _robots_holder(netloc: str) -> str:
     return f"robots.txt:{netloc}"
+
+
+def _media_holder(key: str) -> str:
+    return f"media:{key}"
 
 
 def _hand_over(pending: dict[str, list[_T]], key: str, target: str) -> None:
@@ -202,6 +212,12 @@ class Tracker:
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         # Billed bytes of each redirect a page's visit went through, until its answer is measured.
         self._hops: dict[str, list[float]] = {}
+        # Media pipelines' downloads (scrapy_costsched.media): the item fields listing them, the page whose item
+        # listed each URL (and each page's URLs), and what they moved by page, until the visit is observed.
+        self._media_url_fields: tuple[str, ...] = ()
+        self._media_pages: dict[str, str] = {}
+        self._media_urls_of: dict[str, list[str]] = {}
+        self._media_sizes: dict[str, list[float]] = {}
         self._unstorable: set[str] = set()
         self.sessions = SessionSteps()
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
@@ -317,6 +333,21 @@ class Tracker:
         if carried is not None:
             self._log_carried(carried)
 
+    def _take_media_pipelines(self) -> None:
+        """Leave the media pipelines' result fields out of records, and charge their downloads to the page whose
+        item listed them (:mod:`~scrapy_costsched.media`). Once the spider is open: the engine builds the item
+        pipelines after the downloader middleware that opens the state, and items come after."""
+        found = media_fields(self.crawler)
+        if not found:
+            return
+        self.hasher = replace(self.hasher, pipeline_fields=tuple(fields.result for fields in found))
+        self.learner.hash_config = self.hasher.config_id
+        self._media_url_fields = tuple(fields.urls for fields in found)
+        for fields in found:
+            logger.info("%s: %s's downloads (the URLs in an item's %r) are charged to the item's page; records leave "
+                        "out its %r, which says what it stored rather than what the page shows", self.who,
+                        fields.pipeline, fields.urls, fields.result)
+
     def _log_carried(self, carried: Carried) -> None:
         previous, unit = carried.previous, self.billing.unit
         changes = [f"{name} changed from {was} to {now}" for name, was, now in (
@@ -375,6 +406,7 @@ class Tracker:
     def _spider_opened(self, spider: Spider) -> None:
         self.open()
         if self.store is not None:
+            self._take_media_pipelines()
             self._warn_about_setup()
         if self.store is not None and self.config.log_interval and _reactor_running():
             self._progress = LoopingCall(self._log_progress)
@@ -441,6 +473,9 @@ class Tracker:
                 self.pages.changed(key, page)
         self._unrecorded_bytes.clear()
         self._hops.clear()
+        self._media_pages.clear()
+        self._media_urls_of.clear()
+        self._media_sizes.clear()
         self._judge_emptied()
         self._warn_volatile()
         self.accounts.close(self._group_of)
@@ -789,6 +824,8 @@ class Tracker:
         costs = self._group_costs(page.group, self.now())
         own = page.own_full_bytes
         full = self._own_costs(costs, own)[0] if self.billing.unit == "bytes" and own is not None else costs.full
+        if page.last_visit is None:
+            full += costs.new_media - costs.media
         return full - costs.hops if attempt or not _through_redirects(page.last_visit, page.redirected) else full
 
     def prior_rate(self, group: str) -> float:
@@ -837,11 +874,13 @@ class Tracker:
                 if by_size and full_bytes is not None:
                     cost, revalidation_cost = self._own_costs(costs[group], full_bytes)
                 else:
-                    cost, revalidation_cost, _, _ = costs[group]
+                    cost, revalidation_cost = costs[group].full, costs[group].revalidation
                 hops = costs[group].hops
                 if hops and not _through_redirects(last_seen, redirected):
                     cost -= hops
                     revalidation_cost = None if revalidation_cost is None else revalidation_cost - hops
+                if last_seen is None:
+                    cost += costs[group].new_media - costs[group].media
             value = tiers.get(raw_value) if isinstance(raw_value, str) else None
             if value is None:
                 value = self.resolve_value(raw_value)
@@ -862,7 +901,7 @@ class Tracker:
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
         """Under byte billing, a visit of a page whose own mean full fetch is *full_bytes*, of a group priced at
         *costs*: pages of one kind differ in size (a category of 10 products, one of 200), their 304s hardly."""
-        full = self._full_fetch(full_bytes) + costs.failures + costs.hops
+        full = self._full_fetch(full_bytes) + costs.failures + costs.hops + costs.media
         return full, costs.revalidation if costs.revalidation is not None and costs.revalidation < full else None
 
     def _group_costs(self, group: str, now: float) -> _GroupCosts:
@@ -889,9 +928,10 @@ class Tracker:
             revalidation = revalidation if revalidation < cost else None
         priced = self.health.priced(host_name, cost)
         hops = self._hops_cost(group)
-        return _GroupCosts(priced + hops,
-                           None if revalidation is None else self.health.priced(host_name, revalidation) + hops,
-                           priced - cost, hops)
+        media = self._media_cost(group, first=False)
+        return _GroupCosts(priced + hops + media,
+                           None if revalidation is None else self.health.priced(host_name, revalidation) + hops + media,
+                           priced - cost, hops, media, self._media_cost(group, first=True))
 
     def _hops_cost(self, group: str) -> float:
         """What the redirects a visit of a page of *group* goes through cost, as measured on its visits so far."""
@@ -899,6 +939,15 @@ class Tracker:
         if hops is None or not hops.per_visit:
             return 0.0
         return hops.per_visit * self.billing.attempt_cost(301, round(hops.bytes.mean))
+
+    def _media_cost(self, group: str | None, first: bool) -> float:
+        """What the media pipelines' downloads a *first* (or later) visit of a page of *group* brings cost, as
+        measured so far (:meth:`HostBook.media_per_visit`); nothing in a crawl that has none."""
+        media = self.hosts.media_per_visit(group, first)
+        if media is None:
+            return 0.0
+        per_visit, size = media
+        return per_visit * self.billing.attempt_cost(200, round(size))
 
     def _prior_cost(self) -> float:
         """What a visit is planned at before anything of its kind was measured: the billing model's prior, but
@@ -935,7 +984,8 @@ class Tracker:
         """What a page of *host* that a hub reveals is expected to cost: its kind is not known before the spider
         yields it, so a full fetch of the crawl's mean size, as a kind never fetched is planned (:meth:`_group_costs`),
         not the prior page, which under byte billing held most of a budget for a hub's few small pages."""
-        return self.health.priced(host, self._full_fetch(self.hosts.mean_bytes(None, not_modified=False)))
+        return (self.health.priced(host, self._full_fetch(self.hosts.mean_bytes(None, not_modified=False)))
+                + self._media_cost(None, first=True))
 
     def _hub(self, row: Summary, new_page_cost: float) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each at *new_page_cost*."""
@@ -1048,19 +1098,50 @@ class Tracker:
         self.stats.inc_value("costsched/bytes/sent", sent)
         self.stats.inc_value("costsched/bytes/received", received)
         key = request.meta.get(PAGE_META)
+        media_of = self._media_pages.get(request.url) if key is None and self._media_pages else None
+        if media_of is not None:
+            key = media_of
+            self._media_sizes.setdefault(key, []).append(billed)
+            held = self.ledger.held(_media_holder(key))
+            if held:  # what the visit's answer left held for its media now is spent
+                self.ledger.reserve(_media_holder(key), max(held - cost, 0.0))
         self.accounts.charged(key if isinstance(key, str) else None, urlparse_cached(request).hostname or "", cost)
         self._count_bytes(key, billed)
-        if key is not None and not request.meta.get(SUBREQUEST_META):
+        if key is not None and media_of is None and not request.meta.get(SUBREQUEST_META):
             # No usable answer: a failed visit unless a later attempt (a retry) reaches the spider, also
             # when that retry never goes out (the budget refused it): the page then backs off.
             if (status is None or status == 429 or status >= 500) and not self.visits.visited(key):
                 self._failed_attempts[key] = False
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)
+                if status != 304 and self._media_url_fields:
+                    self._hold_for_media(key)
             elif status is not None and 300 <= status < 400:
                 self._hops.setdefault(key, []).append(billed)
             elif status is not None:  # 404, 410: the visit ended without an answer to measure
                 self._hops.pop(key, None)
+
+    def _record_media(self, key: str, page: PageState, answered: bool) -> None:
+        """*page*'s visit is over, and with it what its items' media downloads cost: an answered visit teaches its
+        group's media means (a visit that downloaded nothing too)."""
+        sizes = self._media_sizes.pop(key, ())
+        self.ledger.release(_media_holder(key))
+        for url in self._media_urls_of.pop(key, ()):
+            if self._media_pages.get(url) == key:
+                del self._media_pages[url]
+        if answered:
+            self.hosts.add_media(page.group, page.last_visit is None, sizes)
+
+    def _hold_for_media(self, key: str) -> None:
+        """A page's answer is charged, which releases its visit's reservation, but the media its items list are
+        downloaded after: what they are expected to cost stays held until they are (or the visit is observed)."""
+        page = self.page(key)
+        if page is None:
+            return
+        costs = self._group_costs(page.group, self.now())
+        expected = costs.new_media if page.last_visit is None else costs.media
+        if expected:
+            self.ledger.reserve(_media_holder(key), expected)
 
     def _billed_bytes(self, request: Request, size: int) -> float:
         """The bytes an attempt is billed for: those measured on the wire, times ``COSTSCHED_RENDER_FACTOR`` for a
@@ -1073,8 +1154,9 @@ class Tracker:
         return size + self.config.request_overhead
 
     def _count_bytes(self, key: Any, billed: float) -> None:
-        """Every attempt's billed bytes, by the type of the page it belongs to (answered or not, retries and
-        sub-requests too), else as ``other`` (robots.txt): under byte billing they add up to what was spent."""
+        """Every attempt's billed bytes, by the type of the page it belongs to (answered or not, retries,
+        sub-requests and media downloads too), else as ``other`` (robots.txt): under byte billing they add up to
+        what was spent."""
         page = self.page(key) if isinstance(key, str) else None
         self.stats.inc_value("costsched/bytes/other" if page is None else f"costsched/bytes/type/{page.page_type}",
                              round(billed))
@@ -1092,8 +1174,12 @@ class Tracker:
         self._unrecorded_bytes.setdefault(key, []).append((not_modified, size))
 
     def _record_bytes(self, key: str, page: PageState) -> None:
-        """Add the bytes of *page*'s answers measured since its last observation to its means."""
-        for not_modified, size in self._unrecorded_bytes.pop(key, ()):
+        """Add the bytes of *page*'s answers measured since its last observation to its means (and, in a crawl with
+        media pipelines, what its items' files cost to its group's)."""
+        answers = self._unrecorded_bytes.pop(key, ())
+        if self._media_url_fields:
+            self._record_media(key, page, answered=bool(answers))
+        for not_modified, size in answers:
             name = "not_modified_bytes" if not_modified else "full_bytes"
             mean = getattr(page, name) or MeanBytes()
             mean.add(size)
@@ -1267,9 +1353,24 @@ class Tracker:
         """The spider yielded *item*: its class, as yielded, may name the page's type (pipelines often pass dicts on)."""
         self.visits.item_emitted(visit, response, item)
         visit.item_types.add(item_type_name(item))
+        if self._media_url_fields:
+            self._note_media(visit.page_key, item)
         raw = self._value_from(item, None) if callable(getattr(self.spider, "costsched_value", None)) else None
         if raw is not None:
             visit.values.append(raw)
+
+    def _note_media(self, key: str, item: Any) -> None:
+        """The URLs *item* lists for the media pipelines, as their requests will have them: downloads of *key*'s."""
+        adapter = ItemAdapter(item)
+        for name in self._media_url_fields:
+            urls = adapter.get(name)
+            if not isinstance(urls, list):
+                continue
+            for url in urls:
+                if isinstance(url, str):
+                    url = safe_url_string(url)
+                    self._media_pages[url] = key
+                    self._media_urls_of.setdefault(key, []).append(url)
 
     def _hash(self, item: Any) -> str | None:
         try:

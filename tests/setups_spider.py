@@ -10,8 +10,9 @@ spider with the form in ``start_urls`` can; ``login=unmarked`` neither) and yiel
 in; ``-a odd=1`` adds a set field (iterated in a different order in each process) and a dict with keys of mixed
 types to each item; ``-a value_hook=1`` gives the spider a ``costsched_value()`` that reads ``.url`` of what it
 is given, as a user writes one for requests alone (it raises on the dict items); ``-a typed=1`` yields each page
-as a ``PageRecord`` dataclass rather than a dict. ``NewObjectPipeline`` and ``ApiRewriteMiddleware`` are enabled
-with ``-s`` like any project's components.
+as a ``PageRecord`` dataclass rather than a dict; ``-a files=/sized/5{n}`` lists those paths in each item's
+``file_urls`` (for ``FilesPipeline``; ``{n}`` is the page's number). ``NewObjectPipeline`` and
+``ApiRewriteMiddleware`` are enabled with ``-s`` like any project's components.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class SetupsSpider(StatsFileSpider):
 
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
-                 login: str = "", hubs: str = "", value_hook: str = "", typed: str = "", **kwargs: Any) -> None:
+                 login: str = "", hubs: str = "", value_hook: str = "", typed: str = "", files: str = "",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -64,6 +66,7 @@ class SetupsSpider(StatsFileSpider):
         self.errback = bool(errback)
         self.login = login
         self.typed = bool(typed)
+        self.files = [path for path in files.split(",") if path]
         if value_hook:
             self.costsched_value = lambda source: "high" if source.url.endswith("/page/1") else None
 
@@ -108,6 +111,9 @@ class SetupsSpider(StatsFileSpider):
             yield PageRecord(url=response.url, title=title)
             return
         item: dict[str, Any] = {"url": response.url, "title": title}
+        if self.files:
+            number = response.url.rstrip("/").rsplit("/", 1)[-1]
+            item["file_urls"] = [response.urljoin(path.format(n=number)) for path in self.files]
         if self.odd:
             item["tags"] = {f"tag-{n}" for n in range(20)}
             item["specs"] = {1: "one", "b": 2}

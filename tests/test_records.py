@@ -129,3 +129,16 @@ def test_strings_with_lone_surrogates_hash() -> None:
 def test_pages_hashed_under_the_first_canonical_form_are_rebaselined() -> None:
     # The configuration id that scrapy-costsched 0.1.0 stored with every page under the default settings.
     assert RecordHasher({}, {}, {}).config_id != "ee4c5e8fc13891cf"
+
+
+def test_fields_item_pipelines_write_are_left_out_unless_hash_fields_name_them() -> None:
+    plain = RecordHasher({}, {}, {})
+    media = RecordHasher({}, {}, {}, pipeline_fields=("files",))
+    downloaded = {"title": "a", "files": [{"path": "full/1.pdf", "status": "downloaded"}]}
+    uptodate = {"title": "a", "files": [{"path": "full/1.pdf", "status": "uptodate"}]}
+    assert media.item_hash(downloaded) == media.item_hash(uptodate) == media.item_hash({"title": "a"})
+    assert plain.item_hash(downloaded) != plain.item_hash(uptodate)
+    named = RecordHasher({"*": ("title", "files")}, {}, {}, pipeline_fields=("files",))
+    assert named.item_hash(downloaded) != named.item_hash(uptodate)
+    # A crawl without media pipelines keeps its configuration (no re-baseline on upgrade); one with them re-baselines.
+    assert RecordHasher({}, {}, {}, pipeline_fields=()).config_id == plain.config_id != media.config_id

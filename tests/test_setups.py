@@ -425,6 +425,47 @@ def test_a_page_takes_the_class_the_spider_yields_behind_a_pipeline_that_returns
     assert crawls.page("/page/1")["page_type"] == "PageRecord"
 
 
+def test_a_files_pipeline_s_downloads_are_charged_to_their_page_and_its_results_change_no_record(
+        crawls: Crawls) -> None:
+    """Found on a parts catalogue whose datasheets went through ``FilesPipeline``: under byte billing the files,
+    downloaded outside the scheduler, were charged to no page (the plan priced a visit at its HTML alone), and
+    each page counted as changed at its second visit, the pipeline's ``files`` saying "uptodate" where it had
+    said "downloaded"."""
+    settings = ("COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1 MB", f"FILES_STORE={crawls.tmp / 'files'}",
+                'ITEM_PIPELINES={"scrapy.pipelines.files.FilesPipeline": 1}')
+    first = crawls.run(*settings, paths="/page/1", files="/sized/50")
+    assert first.hits.get("/sized/50") == 1
+    assert first.stats["file_status_count/downloaded"] == 1
+    page_type = crawls.page("/page/1")["page_type"]
+    # The file (5,000 bytes and its headers) is the page's; only robots.txt belongs to no page.
+    assert first.stats[f"costsched/bytes/type/{page_type}"] > 5000
+    assert first.stats["costsched/bytes/other"] < 1000
+    # A first visit of a page of its kind brings one download of that size: what the next new ones are planned with.
+    host = crawls.page("/page/1")["host"]
+    per_visit, visits, (mean, _) = read_state(crawls.tmp / "state.sqlite")["meta"][f"host:{host}"]["media"][
+        f"{host}|{page_type}|new"]
+    assert (per_visit, visits) == (1.0, 1)
+    assert mean > 5000
+    second = crawls.run(*settings, paths="/page/1", files="/sized/50")
+    assert second.stats["file_status_count/uptodate"] == 1
+    assert second.stats["costsched/unchanged"] == 1
+    assert "costsched/changed" not in second.stats
+
+
+def test_a_byte_budget_pays_for_the_files_new_pages_bring(crawls: Crawls) -> None:
+    """Planned at their HTML alone, new pages whose items list a file each (a few kB of page, 62 kB of file) were
+    all let out, and their files, downloaded after, took the period far over its budget."""
+    settings = ("COSTSCHED_BILLING=bandwidth", f"FILES_STORE={crawls.tmp / 'files'}",
+                'ITEM_PIPELINES={"scrapy.pipelines.files.FilesPipeline": 1}')
+    crawls.run(*settings, "COSTSCHED_BUDGET=1 MB", paths=",".join(f"/page/{n}" for n in range(11, 19)),
+               files="/sized/6{n}")
+    # Next day, new pages only (the known ones left to the plan's 10%): the discovery reserve pays for two.
+    second = crawls.run(*settings, "COSTSCHED_BUDGET=150 kB", "COSTSCHED_RESERVE_DISCOVERY=0.9",
+                        paths=",".join(f"/page/{n}" for n in range(21, 29)), files="/sized/6{n}")
+    assert second.stats["file_status_count/downloaded"] == 2
+    assert second.stats["costsched/period_spent"] <= 150_000
+
+
 def test_drop_unchanged_works_behind_a_pipeline_returning_new_items(crawls: Crawls) -> None:
     settings = ('ITEM_PIPELINES={"tests.setups_spider.NewObjectPipeline": 300}', "COSTSCHED_DROP_UNCHANGED=True",
                 "COSTSCHED_BUDGET=10", "CONCURRENT_ITEMS=1")
