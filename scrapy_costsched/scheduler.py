@@ -245,7 +245,9 @@ class CostAwareScheduler(BaseScheduler):
         # New URLs wait here, best index first, until the wrapped scheduler runs dry.
         self._discovery: list[tuple[float, int, str, Request]] = []
         self._arrivals = itertools.count()
-        self._deferred: list[str] = []
+        self._deferred: set[str] = set()
+        # New URLs of this run (waiting for discovery, or deferred): yielded again, they are not known pages.
+        self._new_urls: set[str] = set()
         # Planned pages held back for the budget (_overdrawn), offered once more when the run goes idle.
         self._held_back: list[str] = []
         self._reoffered: set[str] = set()
@@ -458,6 +460,11 @@ class CostAwareScheduler(BaseScheduler):
         if self.budgeted and key in self._dispatched:
             self.stats.inc_value("costsched/skipped/duplicate")
             return False
+        if self.budgeted and key in self._new_urls and key not in self._planned:
+            # A new URL of this run, yielded again: it waits for discovery's budget, or was deferred.
+            self.stats.inc_value("costsched/skipped/discovery_deferred" if key in self._deferred
+                                 else "costsched/skipped/duplicate")
+            return False
         if self.budgeted and key not in self._planned and self.tracker.sighting_changes_nothing(request, key):
             return self._not_planned(request, key)
         page, new = self.tracker.sighting(request, key)
@@ -470,8 +477,9 @@ class CostAwareScheduler(BaseScheduler):
             if key not in self._planned:
                 return self._not_planned(request, key)
             return self._admit(request, key, cost, reason)
+        self._new_urls.add(key)
         if self._discovery_spent + cost > self._discovery_allowance:
-            self._defer(key)
+            self._defer(key, request)
             return False
         candidate = Candidate(key, self.tracker.value_of(page), self.tracker.prior_rate(page.group), math.inf, cost)
         index = score(candidate, self.config.objective, cycle=self.cycle)
@@ -569,16 +577,22 @@ class CostAwareScheduler(BaseScheduler):
                 why = f"its host asked for a pause (Retry-After) that ends in {pause:.0f} s, later than this run waits"
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
+            elif key in self._new_urls:
+                why = ("it is new, and what this run could spend on new URLs did not reach it; later runs rank it with "
+                       "the known pages")
             elif page is not None and page.last_visit is not None and page.last_visit >= ledger.basis.start:
                 why = "it was visited earlier in this period, and ranks below the pages this run's budget pays for"
             else:
                 why = "it ranks below the pages this run's budget pays for"
             logger.info("%s: start URL %s not visited in this run: %s", self.tracker.who, url, why)
 
-    def _defer(self, key: str) -> None:
-        """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs."""
-        self._deferred.append(key)
+    def _defer(self, key: str, request: Request) -> None:
+        """A new URL discovery cannot pay for now: stored, ranked in the leftovers and in later runs (a start URL is
+        reported at the close unless a leftover round visits it)."""
+        self._deferred.add(key)
         self.stats.inc_value("costsched/skipped/discovery_deferred")
+        if request.meta.get("is_start_request"):
+            self._left_out_starts[key] = request.url
 
     def _set_plan_end(self, end: int) -> None:
         self._planned.update(zip(self._ranking.keys[self._plan_end:end], range(self._plan_end, end), strict=True))
@@ -805,7 +819,7 @@ class CostAwareScheduler(BaseScheduler):
         key = meta[PAGE_META]
         self._dispatched.discard(key)
         if key not in self._planned:
-            self._defer(key)
+            self._defer(key, request)
         elif key not in self._reoffered:
             self._held_back.append(key)
         return True
@@ -870,11 +884,11 @@ class CostAwareScheduler(BaseScheduler):
             return
         self._held = 0.0  # the spider yields nothing more on its own
         while self._discovery:
-            self._defer(heapq.heappop(self._discovery)[2])
+            _, _, key, waiting = heapq.heappop(self._discovery)
+            self._defer(key, waiting)
         if self._deferred:
-            deferred = set(self._deferred) - self._dispatched
-            self._ranking.tail += self.tracker.candidates(self.tracker.now(), deferred)
-            self._deferred = []
+            self._ranking.tail += self.tracker.candidates(self.tracker.now(), self._deferred - self._dispatched)
+            self._deferred = set()
         if self._reoffer_held_back():
             self.stats.inc_value("costsched/leftover_rounds")
             raise DontCloseSpider

@@ -633,6 +633,20 @@ def test_a_start_url_the_plan_left_out_is_reported_only_if_no_leftover_round_vis
     assert run.stats["costsched/skipped/start_url"] == 1
 
 
+def test_a_first_run_counts_no_page_as_not_planned_and_reports_the_start_urls_it_deferred(crawls: Crawls) -> None:
+    """Found on a job board's first run, from an empty state: URLs new in the run and yielded again counted as
+    known pages the plan left out (``not_planned``), and a start URL the discovery budget did not reach left no
+    line of its own."""
+    first = crawls.run("COSTSCHED_BUDGET=2", paths="/page/1,/page/2,/page/3,/page/1,/page/2,/page/3")
+    assert first.stats["costsched/visits"] == 1
+    assert "costsched/skipped/not_planned" not in first.stats
+    assert first.stats["costsched/skipped/duplicate"] == 3
+    assert first.stats["costsched/skipped/start_url"] == 2
+    for path in ("/page/2", "/page/3"):
+        assert re.search(rf"start URL \S+{path} not visited in this run: it is new, and what this run could spend on "
+                         "new URLs did not reach it", first.log)
+
+
 def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls: Crawls) -> None:
     """Found in a classifieds trial: a filled job's page answered 200 with a notice and the spider yielded nothing.
     Such a visit did not move the page's last visit, so every filled job was planned again every day (one from
