@@ -32,10 +32,10 @@ def media_fields(crawler: Crawler) -> list[MediaFields]:
     """The fields of the media pipelines among the crawl's item pipelines (their own settings applied), once
     the engine has built them."""
     assert crawler.engine is not None
-    return [fields for pipeline in crawler.engine.scraper.itemproc.middlewares if (fields := _fields_of(pipeline))]
+    return [fields for pipeline in crawler.engine.scraper.itemproc.middlewares if (fields := fields_of(pipeline))]
 
 
-def _fields_of(pipeline: Any) -> MediaFields | None:
+def fields_of(pipeline: Any) -> MediaFields | None:
     """``ImagesPipeline`` is a ``FilesPipeline`` with fields of its own (not imported: it needs Pillow)."""
     if not isinstance(pipeline, FilesPipeline):
         return None
