@@ -45,21 +45,33 @@ ROUNDING = 1e-9
 BASIS_KEY = "ledger_basis"
 
 
+def number(value: float, spec: str = "g") -> str:
+    """*value* formatted by *spec*, as the log says it; from 10,000 on whole, with thousands separators, where
+    ``g`` would turn a byte budget of a million into ``1e+06``.
+
+    >>> number(2.5), number(150000), number(1175410.4, ".0f")
+    ('2.5', '150,000', '1,175,410')
+    """
+    return f"{value:,.0f}" if abs(value) >= 10_000 else format(value, spec)
+
+
 def amount(value: float, unit: str, spec: str = "g") -> str:
-    """*value* in *unit*, formatted by *spec*, as the log says it: "1 credit", "0.5 credits", "20 requests".
+    """*value* in *unit*, formatted by *spec* (:func:`number`), as the log says it: "1 credit", "0.5 credits".
 
     >>> amount(1, "credits"), amount(2.5, "requests"), amount(1.00004, "requests", ".4g"), amount(1, "USD")
     ('1 credit', '2.5 requests', '1 request', '1 USD')
+    >>> amount(1e6, "bytes")
+    '1,000,000 bytes'
     """
-    number = format(value, spec)
-    return f"{number} {unit.removesuffix('s') if number == '1' else unit}"
+    text = number(value, spec)
+    return f"{text} {unit.removesuffix('s') if text == '1' else unit}"
 
 
 def per_change(spent: float, changes: int, unit: str) -> str:
     """What each change found cost, for a log line: " (4.67 requests per change)", "" when none was found.
 
     >>> per_change(14, 3, "requests"), per_change(119951, 7, "bytes"), per_change(5, 0, "credits")
-    (' (4.67 requests per change)', ' (17136 bytes per change)', '')
+    (' (4.67 requests per change)', ' (17,136 bytes per change)', '')
     """
     if not changes:
         return ""
@@ -256,7 +268,7 @@ class Ledger:
         remaining = self.remaining()
         if remaining >= 0.0:
             return f"{amount(remaining, self.basis.unit)} left in this period"
-        return f"0 {self.basis.unit} left in this period ({self.spent:g} spent, over this budget)"
+        return f"0 {self.basis.unit} left in this period ({number(self.spent)} spent, over this budget)"
 
     def reserve(self, request: Request | str, cost: float) -> None:
         """Hold *cost* for *request* until it is charged or released.

@@ -36,7 +36,7 @@ from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
-from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, per_change
+from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, number, per_change
 from scrapy_costsched.media import media_fields
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
@@ -354,10 +354,10 @@ class Tracker:
             ("COSTSCHED_BUDGET_PERIOD", format_duration(previous.period_seconds),
              format_duration(self.config.budget_period)),
             ("the billing unit (COSTSCHED_BILLING)", previous.unit, unit)) if was != now]
-        if carried.share is None or self.ledger.budget is None:
+        if carried.share is None or self.ledger.budget is None or previous.budget is None:
             counted = "nothing of it counts against this run's budget, as one of them had none"
         else:
-            counted = (f"it had spent {carried.previous_spent:g} of {previous.budget:g} {previous.unit}, so "
+            counted = (f"it had spent {number(carried.previous_spent)} of {number(previous.budget)} {previous.unit}, so "
                        f"{carried.share:.0%} of this budget counts as spent ({self.ledger.left()})")
         logger.info("%s: %s while the period it was counting was still running: %s", self.who, " and ".join(changes),
                     counted)
@@ -438,7 +438,7 @@ class Tracker:
         logger.info(
             "%s: %s; this run: %d visits, %d changed, %d unchanged (%d of them 304s), spent %s%s", self.who,
             "shadow mode" if self.config.budget is None else
-            f"{self.ledger.spent:g} of {amount(self.config.budget.amount, unit)} spent this period",
+            f"{number(self.ledger.spent)} of {amount(self.config.budget.amount, unit)} spent this period",
             get("costsched/visits", 0), changed, get("costsched/unchanged", 0), self._not_modified_observed(),
             amount(spent, unit), per_change(spent, changed, unit))
 

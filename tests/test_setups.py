@@ -434,6 +434,7 @@ def test_a_files_pipeline_s_downloads_are_charged_to_their_page_and_its_results_
     settings = ("COSTSCHED_BILLING=bandwidth", "COSTSCHED_BUDGET=1 MB", f"FILES_STORE={crawls.tmp / 'files'}",
                 'ITEM_PIPELINES={"scrapy.pipelines.files.FilesPipeline": 1}')
     first = crawls.run(*settings, paths="/page/1", files="/sized/50")
+    assert "budget 1,000,000 bytes per period, 1,000,000 bytes left in this period" in first.log  # not 1e+06
     assert first.hits.get("/sized/50") == 1
     assert first.stats["file_status_count/downloaded"] == 1
     page_type = crawls.page("/page/1")["page_type"]
