@@ -1138,8 +1138,7 @@ class Tracker:
         page = self.page(key)
         if page is None:
             return
-        costs = self._group_costs(page.group, self.now())
-        expected = costs.new_media if page.last_visit is None else costs.media
+        expected = self._media_cost(page.group, first=page.last_visit is None)
         if expected:
             self.ledger.reserve(_media_holder(key), expected)
 
