@@ -20,9 +20,11 @@ from urllib.parse import urlparse
 
 from itemadapter import ItemAdapter
 from scrapy import Request, signals
+from scrapy.http import HtmlResponse
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.response import get_meta_refresh
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
 from w3lib.url import safe_url_string
@@ -92,6 +94,9 @@ __all__ = ["DAY", "Tracker"]
 _TRACKER_ATTR = "_costsched_tracker"
 #: Redirects that say the page now lives at the new URL (RFC 9110, sections 15.4.2 and 15.4.9).
 PERMANENT_REDIRECTS = frozenset({301, 308})
+#: A meta refresh sooner than this many seconds moves the page for good, as Nutch takes it (its fetcher's
+#: ``PERM_REFRESH_TIME``); a slower one (an interstitial) is a temporary redirect.
+PERMANENT_REFRESH_SECONDS = 5.0
 #: 404 answers in a row (a 410 counts for all), visits without a page's items, or attempts refused before download,
 #: before a page is retired.
 GONE_AFTER = 3
@@ -181,6 +186,9 @@ class Tracker:
         self.config = config
         self.stats: StatsCollector = crawler.stats
         self.hasher = RecordHasher(config.hash_fields, config.ignore_fields, config.item_key)
+        #: The tags MetaRefreshMiddleware reads a page's meta refresh outside of, if it follows them.
+        self._refresh_tags: list[str] | None = (crawler.settings.getlist("METAREFRESH_IGNORE_TAGS")
+                                                if crawler.settings.getbool("METAREFRESH_ENABLED") else None)
         billing_path = BILLING_MODELS.get(config.billing, config.billing)
         self.billing: BillingModel = build_from_crawler(load_object(billing_path), crawler)
         if not isinstance(self.billing, BillingModel):
@@ -212,6 +220,8 @@ class Tracker:
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
         # Billed bytes of each redirect a page's visit went through, until its answer is measured.
         self._hops: dict[str, list[float]] = {}
+        #: URLs that answered this run with a meta refresh quick enough to be a permanent redirect.
+        self._instant_refreshes: set[str] = set()
         # Media pipelines' downloads (scrapy_costsched.media): the item fields listing them, the page whose item
         # listed each URL (and each page's URLs), and what they moved by page, until the visit is observed.
         self._media_url_fields: tuple[str, ...] = ()
@@ -473,6 +483,7 @@ class Tracker:
                 self.pages.changed(key, page)
         self._unrecorded_bytes.clear()
         self._hops.clear()
+        self._instant_refreshes.clear()
         self._media_pages.clear()
         self._media_urls_of.clear()
         self._media_sizes.clear()
@@ -1049,6 +1060,11 @@ class Tracker:
         if self.store is None:
             return
         self._answers[id(request)] = (response.status, response_size(response))
+        if self._refresh_tags is not None and isinstance(response, HtmlResponse) and PAGE_META in request.meta:
+            # Read before MetaRefreshMiddleware reads it: Scrapy keeps the answer for the response, so it is read once.
+            interval, target = get_meta_refresh(response, ignore_tags=self._refresh_tags)
+            if target is not None and interval is not None and interval < PERMANENT_REFRESH_SECONDS:
+                self._instant_refreshes.add(response.url)
         if response.status in (429, 503):
             # A date is read against the server's own clock (its Date header) where it gives one: clocks differ.
             served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
@@ -1648,8 +1664,8 @@ class Tracker:
         self.stats.inc_value("costsched/failed")
 
     def moved(self, key: str, request: Request, target: str) -> Move | None:
-        """Whether page *key* moved: it answered with a permanent redirect (301 or 308) to *request*, page
-        *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
+        """Whether page *key* moved: it answered with a permanent redirect (301 or 308, or a meta refresh of under
+        :data:`PERMANENT_REFRESH_SECONDS`) to *request*, page *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
         target's (``"moved"``), as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later
         visits cost one request, not two, and earn validators of their own. A target the crawl does not know yet
         takes the page's history (:meth:`_moved_page`), on any host: OffsiteMiddleware dropped a redirect that
@@ -1664,7 +1680,9 @@ class Tracker:
         own visit. Found in a classifieds trial, where an expired car's redirect took its category's visit.
         """
         reasons = request.meta.get("redirect_reasons") or ()
-        if not reasons or any(reason not in PERMANENT_REDIRECTS for reason in reasons):
+        hops = zip(request.meta.get("redirect_urls") or (), reasons)
+        if not reasons or not all(reason in PERMANENT_REDIRECTS or (reason == "meta refresh" and url in
+                                                                    self._instant_refreshes) for url, reason in hops):
             return None
         page = self.page(key)
         if target == key or page is None:

@@ -50,7 +50,8 @@ class _LoopbackServer:
 
 class EdgeSite(_LoopbackServer):
     """``/page/N`` (stable; its title carries ``version``), ``/flaky/N`` (503 on the first hit),
-    ``/redirect/N`` (301 to ``/page/N``), ``/gone/N`` (404), ``/removed/N`` (410), ``/error/N`` (500),
+    ``/redirect/N`` (301 to ``/page/N``), ``/refresh/N`` and ``/interstitial/N`` (a meta refresh to ``/page/N`` at
+    once and after 30 s), ``/gone/N`` (404), ``/removed/N`` (410), ``/error/N`` (500),
     ``/sometimes/N`` (404 while ``missing``, else a page), ``/private/N`` (a page that ``/robots.txt``, fresh for a day,
     disallows), ``/sized/N`` (a page of N hundred bytes and a few) and ``/api?url=PATH`` (PATH's answer,
     as a scraping API relays it); members only, ``/members/N`` (a page, for a session cookie a ``POST /login``
@@ -115,6 +116,10 @@ class EdgeSite(_LoopbackServer):
                     self._send(410, b"removed for good")
                 elif kind == "redirect":
                     self._send(301, b"", {"Location": f"/page/{number}"})
+                elif kind in ("refresh", "interstitial"):
+                    delay = 0 if kind == "refresh" else 30
+                    self._send(200, f'<html><head><meta http-equiv="refresh" content="{delay}; url=/page/{number}">'
+                                    f'</head><body>moved</body></html>'.encode(), {"Content-Type": "text/html"})
                 elif kind == "flaky" and (hits == 1 or (site.flaky_odd and hits % 2)):
                     self._send(503, b"busy")
                 elif kind == "sized" and number.isdigit():

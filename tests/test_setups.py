@@ -297,6 +297,31 @@ def test_a_page_that_moved_permanently_is_visited_at_its_new_url(crawls: Crawls)
     assert re.search(r"visit cost +1 request\b", crawls.show("/page/1"))
 
 
+def test_a_page_that_moved_by_an_instant_meta_refresh_is_visited_at_its_new_url(crawls: Crawls) -> None:
+    """Found in a trial (a blog's feed linked old permalinks ``/p?id=N`` that answer 200 with a meta refresh to
+    ``/post/N``): MetaRefreshMiddleware follows them as redirects, but only 301 and 308 moved a page, so every visit
+    paid for two requests and none could earn a 304. A refresh of under 5 s now moves the page as a 301 does
+    (Nutch's rule); a slower one, an interstitial, stays a temporary redirect reached through the old URL."""
+    crawls.site.validators = True
+    paths = "/refresh/1,/refresh/2,/interstitial/3"
+    first = crawls.run("COSTSCHED_BUDGET=20", paths=paths)
+    assert first.hits == {"/robots.txt": 1, "/refresh/1": 1, "/refresh/2": 1, "/interstitial/3": 1,
+                          "/page/1": 1, "/page/2": 1, "/page/3": 1}
+    assert first.stats["costsched/moved"] == 2
+    assert re.search(r"/refresh/\d moved permanently to .*/page/\d, the page's history goes with it", first.log)
+    for day in range(2, 7):
+        seen = len(crawls.site.requests)
+        run = crawls.run("COSTSCHED_BUDGET=6", paths=paths)
+        assert run.hits == {"/robots.txt": 1, "/page/1": 1, "/page/2": 1, "/interstitial/3": 1, "/page/3": 1}, day
+        conditional = {path for path, etag in crawls.site.requests[seen:] if etag is not None}
+    assert conditional == {"/page/1", "/page/2"}  # validators go to the URL that answers
+    assert run.stats["costsched/not_modified"] >= 1
+    assert crawls.page("/page/1")["visits"] == 6
+    assert crawls.page("/refresh/1")["moved_to"] == crawls.site.url + "/page/1"
+    assert crawls.page("/interstitial/3")["visits"] == 6
+    assert not crawls.page("/interstitial/3")["gone"]
+
+
 def test_a_page_that_moved_is_re_baselined_at_its_new_url(crawls: Crawls) -> None:
     """Found by the news project's test: a page whose items say where they were found moved to a URL the crawl did
     not know yet, and its first answer there, compared with the old URL's record, counted as a change that its
