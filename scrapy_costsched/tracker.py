@@ -1680,7 +1680,9 @@ class Tracker:
         own visit. Found in a classifieds trial, where an expired car's redirect took its category's visit.
         """
         reasons = request.meta.get("redirect_reasons") or ()
-        hops = zip(request.meta.get("redirect_urls") or (), reasons)
+        urls = request.meta.get("redirect_urls") or ()
+        # Each hop's reason with the URL that gave it, as Scrapy's redirect middlewares append both.
+        hops = zip(urls, reasons, strict=True) if len(urls) == len(reasons) else ((None, r) for r in reasons)
         if not reasons or not all(reason in PERMANENT_REDIRECTS or (reason == "meta refresh" and url in
                                                                     self._instant_refreshes) for url, reason in hops):
             return None
