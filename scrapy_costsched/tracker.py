@@ -337,8 +337,8 @@ class Tracker:
             mode = f"budget {amount(budget, self.billing.unit)} per period, {self.ledger.left()}"
         logger.info("%s: %s state %s; %s", self.who, "new" if new else "continuing", state, mode)
         if store.found_unclosed:
-            logger.info("%s: the state was not closed by the run that last wrote it (killed or crashed, or the "
-                        "file is a copy): checked in full, it continues from that run's last commit, and what that "
+            logger.info("%s: the state was not closed by the run that last wrote it (killed or crashed, stopped "
+                        "by a second Ctrl-C, or the file is a copy): checked in full, it continues from that run's last commit, and what that "
                         "run drew from the budget counts as spent", self.who)
         if carried is not None:
             self._log_carried(carried)

@@ -165,8 +165,10 @@ def page_keys(state: Path) -> set[str]:
 
 
 def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extra_delay: float, *,
-                 budget: float = BUDGET, settings: dict[str, Any] | None = None) -> tuple[bool, str]:
-    """Start a budgeted crawl and SIGKILL it at the drawn point, unless it ended first: (killed, its log)."""
+                 budget: float = BUDGET, settings: dict[str, Any] | None = None,
+                 sig: signal.Signals = signal.SIGKILL) -> tuple[bool, str]:
+    """Start a budgeted crawl and send it *sig* (SIGKILL) at the drawn point, unless it ended first: (whether it got
+    the signal, its log)."""
     cmd, env, _, _ = crawl_command(shop.site, work, budget=budget,
                                    settings={"CONCURRENT_REQUESTS": CONCURRENT, **(settings or {})}, tag=tag)
     log = work / f"{tag}.log"
@@ -177,15 +179,19 @@ def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extr
             deadline = time.monotonic() + RUN_TIMEOUT
             while not shop.reached.wait(0.05) and proc.poll() is None:
                 assert time.monotonic() < deadline, "the crawl neither reached the kill point nor ended"
+            signalled = False
             if proc.poll() is None:
                 time.sleep(extra_delay)
-                proc.send_signal(signal.SIGKILL)
+                signalled = proc.poll() is None
+                if signalled:
+                    proc.send_signal(sig)
             proc.wait(timeout=RUN_TIMEOUT)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return proc.returncode == -signal.SIGKILL, log.read_text()
+    # A kill is told by the exit status; Scrapy exits 0 after the graceful stop a SIGINT asks for.
+    return proc.returncode == -signal.SIGKILL if sig is signal.SIGKILL else signalled, log.read_text()
 
 
 def test_runs_were_killed_mid_period(killed_period: dict[str, Any]) -> None:
@@ -279,3 +285,29 @@ def test_a_slow_run_killed_keeps_what_it_saw_before_the_last_commit_interval(tmp
     visited = [page for page in read_state(copy)["pages"].values() if page["visits"]]
     # With a batch of 50 and no time bound nothing was committed; a second's worth at most is lost now.
     assert len(visited) >= 10, f"{len(visited)} of the about 24 pages visited survived the kill"
+
+
+def test_a_run_stopped_by_ctrl_c_closes_the_state_and_books_what_it_sent(tmp_path: Path) -> None:
+    """Found in a trial: a newcomer stops a run with Ctrl-C. Scrapy closes the spider as at its end (reason
+    ``shutdown``): the state is closed, the next run continues it without the check a kill calls for, and the
+    period's budget holds what the stopped run sent, not what it had drawn ahead."""
+    from demo_site.catalog import Catalog
+
+    catalog = Catalog.generate(products=60, categories=2, seed=5, horizon_days=10, new_per_day=0)
+    shop = CountingSite(catalog, tmp_path / "clock")
+    work = tmp_path / "work"
+    try:
+        shop.site.set_time(shop.site.day(1))
+        stopped, log = run_and_kill(shop, work, "stopped", 10, 0.0, budget=40, sig=signal.SIGINT, settings={
+            "DOWNLOAD_DELAY": 0.2, "RANDOMIZE_DOWNLOAD_DELAY": False})
+        assert stopped, "the crawl ended before Ctrl-C: " + log[-3000:]
+        received = shop.received
+        later = crawl(shop.site, work, budget=40, tag="later")
+    finally:
+        shop.close()
+    assert "Received SIGINT, shutting down gracefully" in log
+    assert "costsched: run finished (shutdown): " in log
+    assert later.returncode == 0, later.log[-3000:]
+    assert "was not closed by the run that last wrote it" not in later.log
+    assert later.stats["costsched/period_spent_at_start"] == received < 40
+    assert f"{40 - received} requests left in this period" in later.log
