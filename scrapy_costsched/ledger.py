@@ -45,17 +45,20 @@ ROUNDING = 1e-9
 BASIS_KEY = "ledger_basis"
 
 
-def number(value: float, spec: str = "g") -> str:
-    """*value* formatted by *spec*, as the log says it; from 10,000 on whole, with thousands separators, where
-    ``g`` would turn a byte budget of a million into ``1e+06``.
+def number(value: float, spec: str | None = None) -> str:
+    """*value* as the log says it: formatted by *spec*, or else to three significant digits and whole from 100 on;
+    from 10,000 on whole, with thousands separators, where ``g`` would turn a byte budget of a million into
+    ``1e+06``. A budget left after a killed run's draws was logged as "8.2743 requests", then "0.274299".
 
-    >>> number(2.5), number(150000), number(1175410.4, ".0f")
-    ('2.5', '150,000', '1,175,410')
+    >>> number(2.5), number(8.2743), number(0.274299), number(1234.5), number(150000), number(1175410.4, ".0f")
+    ('2.5', '8.27', '0.274', '1,234', '150,000', '1,175,410')
     """
-    return f"{value:,.0f}" if abs(value) >= 10_000 else format(value, spec)
+    if abs(value) >= 10_000 or (spec is None and abs(value) >= 100):
+        return f"{value:,.0f}"
+    return format(value, spec or ".3g")
 
 
-def amount(value: float, unit: str, spec: str = "g") -> str:
+def amount(value: float, unit: str, spec: str | None = None) -> str:
     """*value* in *unit*, formatted by *spec* (:func:`number`), as the log says it: "1 credit", "0.5 credits".
 
     >>> amount(1, "credits"), amount(2.5, "requests"), amount(1.00004, "requests", ".4g"), amount(1, "USD")
@@ -76,7 +79,7 @@ def per_change(spent: float, changes: int, unit: str) -> str:
     if not changes:
         return ""
     each = spent / changes
-    return f" ({amount(each, unit, '.0f' if each >= 100 else '.3g')} per change)"
+    return f" ({amount(each, unit)} per change)"
 
 
 def _key(period: int) -> str:
