@@ -532,6 +532,7 @@ class Tracker:
             (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
             (get("costsched/redirected_to_fetched", 0), "redirected to a page this run fetched already"),
             (get("costsched/redirected_away", 0), "gone, redirected for good to a page of another kind"),
+            (get("costsched/cut_short", 0), "cut short (a redirect or retry the budget or its host's health kept back)"),
             (get("costsched/duplicate_fetch", 0), "fetched again in this run (learned from once)"),
         ) if count)
         logger.info(
@@ -1212,6 +1213,11 @@ class Tracker:
             self.paused(request)
             return
         if isinstance(exception, AttemptRefused):  # counted, and its reservation released, when it was refused
+            key = request.meta.get(PAGE_META)
+            # A visit that ends here, unless an answer that failed already counts it (a retry's) or its page
+            # answered (a sub-request's): an outcome of its own, so the summary's outcomes add up to its visits.
+            if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) and key not in self._failed_attempts:
+                self.stats.inc_value("costsched/cut_short")
             return
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))

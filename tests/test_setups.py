@@ -673,6 +673,21 @@ def test_a_first_run_counts_no_page_as_not_planned_and_reports_the_start_urls_it
                          "new URLs did not reach it", first.log)
 
 
+def test_a_visit_whose_redirect_the_budget_cannot_pay_for_is_an_outcome_of_the_summary(crawls: Crawls) -> None:
+    """Found in a trial: the budget ran out at a meta refresh's target, whose request reached the spider's errback
+    refused; the run summary said "8 visits: 7 new pages, 0 changed, 0 unchanged (0 of them 304s), 0 failed", one
+    visit short of its count, with no word of the one that was cut short."""
+    first = crawls.run("COSTSCHED_BUDGET=2", paths="/refresh/1")  # robots.txt and the refresh: no room for its target
+    assert first.hits == {"/robots.txt": 1, "/refresh/1": 1}
+    assert first.stats["costsched/visits"] == first.stats["costsched/cut_short"] == 1
+    assert "costsched/failed" not in first.stats
+    assert re.search(r"run finished \(finished\): 1 visits: 0 new pages, 0 changed, 0 unchanged \(0 of them 304s\), "
+                     r"1 cut short \(a redirect or retry the budget or its host's health kept back\), 0 failed;", first.log)
+    second = crawls.run("COSTSCHED_BUDGET=2", paths="/refresh/1", day=2.0)  # planned again, at its new URL
+    assert second.hits == {"/robots.txt": 1, "/page/1": 1}
+    assert second.stats["costsched/baseline"] == 1
+
+
 def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls: Crawls) -> None:
     """Found in a classifieds trial: a filled job's page answered 200 with a notice and the spider yielded nothing.
     Such a visit did not move the page's last visit, so every filled job was planned again every day (one from
