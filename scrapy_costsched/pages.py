@@ -154,6 +154,9 @@ class PageState:
     ``IgnoreRequest``): like a 404, each says the page is not there for this crawl, and halves its worth."""
     not_before: float | None = None
     """No attempt before this time (failure backoff, or the rare re-check of a retired page)."""
+    last_failure: str | None = None
+    """Why the last visit failed, if it did (an HTTP status, the download's or the callback's exception): what
+    ``scrapy costsched-state show`` answers to "why is this page not visited"."""
     links: NewLinkStats | None = None
     """New outlinks per visit, for a page that links out at all: what it is worth as a hub."""
     field_hashes: dict[str, str] | None = None

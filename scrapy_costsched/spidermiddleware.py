@@ -88,4 +88,5 @@ class CostSchedSpiderMiddleware:
                                  spider: Spider | None = None) -> None:
         visit = self._visit(response)
         if visit is not None:
+            self.tracker.note_failure(visit.page_key, exception)
             self.tracker.output_done(visit, failed=True)

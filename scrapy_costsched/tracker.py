@@ -211,6 +211,8 @@ class Tracker:
         self._reached: set[int] = set()  # visit tokens whose first attempt reached the downloader
         # Pages whose last attempt failed with no response yet, and whether it was refused before download.
         self._failed_attempts: dict[str, bool] = {}
+        #: Why each page's visit in this run failed, as far as an answer or an exception said.
+        self._failure_reasons: dict[str, str] = {}
         # Pages that used to yield items and the spider yielded none for in this run, by page type, with the visit's
         # time; and how many visits of each page type recorded items: judged together at close (_judge_emptied).
         self._emptied: dict[str, list[tuple[str, float]]] = {}
@@ -476,6 +478,7 @@ class Tracker:
         for key, refused in self._failed_attempts.items():
             self._observe(Visit(page_key=key, token=0, time=self.now(), failed=True, refused=refused))
         self._failed_attempts.clear()
+        self._failure_reasons.clear()
         for key in list(self._unrecorded_bytes):  # answers whose visit was never observed
             page = self.page(key)
             if page is not None:
@@ -1129,6 +1132,8 @@ class Tracker:
             # when that retry never goes out (the budget refused it): the page then backs off.
             if (status is None or status == 429 or status >= 500) and not self.visits.visited(key):
                 self._failed_attempts[key] = False
+                if status is not None:
+                    self._failure_reasons[key] = f"HTTP {status}"
             elif status is not None and (status == 304 or 200 <= status < 300):
                 self._measured(key, status == 304, billed)
                 if status != 304 and self._media_url_fields:
@@ -1219,6 +1224,8 @@ class Tracker:
             if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) and key not in self._failed_attempts:
                 self.stats.inc_value("costsched/cut_short")
             return
+        if exception is not None:
+            self.note_failure(request.meta.get(PAGE_META), exception)
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))
             if response is not None and "cached" in response.flags:  # the server confirmed the cached copy
@@ -1472,6 +1479,18 @@ class Tracker:
             visit.items_lost += 1
             self._maybe_close(visit)
 
+    def note_failure(self, key: Any, exception: BaseException) -> None:
+        """Page *key*'s attempt failed with *exception*: the page's :attr:`~.PageState.last_failure` if its visit
+        fails. An ``HttpError`` is its status; anything else its class and first line, as Scrapy logs it."""
+        if not isinstance(key, str):
+            return
+        response = getattr(exception, "response", None)
+        status = getattr(response, "status", None)
+        text = str(exception).strip().partition("\n")[0]
+        reason = f"HTTP {status}" if isinstance(status, int) else f"{type(exception).__name__}: {text}" if text else \
+            type(exception).__name__
+        self._failure_reasons[key] = reason[:300]
+
     def output_done(self, visit: Visit, failed: bool = False) -> None:
         """The callback's output (for the page or a chained sub-request) is exhausted."""
         visit.failed = visit.failed or failed
@@ -1498,8 +1517,10 @@ class Tracker:
         page.refusals = page.refusals + 1 if visit.refused else 0
         if visit.failed:
             self._failed(page, visit.time)
+            page.last_failure = self._failure_reasons.pop(key, None) or "no usable answer"
             outcome = "refused" if visit.refused else "failed"
         else:
+            page.last_failure = None
             page.consecutive_failures = page.gone_strikes = 0
             page.gone, page.not_before, page.moved_to = False, None, None
             if visit.item_hashes:

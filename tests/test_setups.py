@@ -688,6 +688,20 @@ def test_a_visit_whose_redirect_the_budget_cannot_pay_for_is_an_outcome_of_the_s
     assert second.stats["costsched/baseline"] == 1
 
 
+def test_the_state_says_why_a_page_s_last_visit_failed(crawls: Crawls) -> None:
+    """Found in a trial (a blog's gallery posts, over the project's ``DOWNLOAD_MAXSIZE``): ``costsched-state show``
+    said "0 visits, 0 changed, 5 failed (5 in a row)" and that the page waits, and nothing of why. The last failure
+    is kept with the page: an HTTP status, or the download's exception as Scrapy logs it; a visit that answers
+    clears it."""
+    crawls.run("COSTSCHED_BUDGET=20", "DOWNLOAD_MAXSIZE=4000", paths="/error/1,/sized/50,/page/1")
+    assert "the last: HTTP 500)" in crawls.show("/error/1")  # after Scrapy's two retries, each a 500
+    assert re.search(r"1 failed \(1 in a row, the last: \w+: .*larger than download max size", crawls.show("/sized/50"))
+    assert crawls.page("/page/1")["last_failure"] is None
+    crawls.run("COSTSCHED_BUDGET=20", paths="/sized/50", day=3.0)  # its wait is over, and the limit gone
+    assert crawls.page("/sized/50")["last_failure"] is None
+    assert "in a row)" in crawls.show("/sized/50")
+
+
 def test_pages_gone_that_still_answer_200_back_off_and_retire_as_404s_do(crawls: Crawls) -> None:
     """Found in a classifieds trial: a filled job's page answered 200 with a notice and the spider yielded nothing.
     Such a visit did not move the page's last visit, so every filled job was planned again every day (one from

@@ -221,6 +221,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "changes": page.changes,
         "failures": page.failures,
         "consecutive_failures": page.consecutive_failures,
+        "last_failure": page.last_failure,
         "not_found_in_a_row": page.gone_strikes,
         "refused_in_a_row": page.refusals,
         "empty_in_a_row": page.empty_strikes,
@@ -310,7 +311,8 @@ def render(page: dict[str, Any]) -> str:
             template_text += f" body={request_line(template).partition(' ')[2]}"
     retired = f", moved permanently to {page['moved_to']}" if page["moved_to"] else ", gone" if page["gone"] else ""
     visits_text = (f"{page['visits']}, {page['changes']} changed, {page['failures']} failed "
-                   f"({page['consecutive_failures']} in a row){retired}")
+                   f"({page['consecutive_failures']} in a row{', the last: ' + page['last_failure'] if page['last_failure'] else ''})"
+                   f"{retired}")
     if page["not_found_in_a_row"]:
         strikes = page["not_found_in_a_row"]
         visits_text += f"; since then 404 or 410 {strikes} time{'s' if strikes > 1 else ''} in a row"
