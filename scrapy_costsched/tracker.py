@@ -342,8 +342,8 @@ class Tracker:
         logger.info("%s: %s state %s; %s", self.who, "new" if new else "continuing", state, mode)
         if store.found_unclosed:
             logger.info("%s: the state was not closed by the run that last wrote it (killed or crashed, stopped "
-                        "by a second Ctrl-C, or the file is a copy): checked in full, it continues from that run's last commit, and what that "
-                        "run drew from the budget counts as spent", self.who)
+                        "by a second Ctrl-C, or the file is a copy): checked in full, it continues from that run's "
+                        "last commit, and what that run drew from the budget counts as spent", self.who)
         if carried is not None:
             self._log_carried(carried)
 
@@ -1222,20 +1222,20 @@ class Tracker:
         if isinstance(exception, HostPaused):
             self.paused(request)
             return
+        key = request.meta.get(PAGE_META)
+        # The page whose own request this is (a sub-request's failure is its visit's, not a failed attempt).
+        own = key if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) else None
         if isinstance(exception, AttemptRefused):  # counted, and its reservation released, when it was refused
-            key = request.meta.get(PAGE_META)
-            # A visit that ends here, unless an answer that failed already counts it (a retry's) or its page
-            # answered (a sub-request's): an outcome of its own, so the summary's outcomes add up to its visits.
-            if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) and key not in self._failed_attempts:
+            # A visit that ends here, unless an answer that failed already counts it (a retry's): an outcome of its
+            # own, so the summary's outcomes add up to its visits.
+            if own is not None and own not in self._failed_attempts:
                 self.stats.inc_value("costsched/cut_short")
             return
         if exception is not None:
-            self.note_failure(request.meta.get(PAGE_META), exception)
+            self.note_failure(key, exception)
             # Scrapy's words for a response over DOWNLOAD_MAXSIZE (or its request's download_maxsize), from 2.13 on.
-            key = request.meta.get(PAGE_META)
-            if "larger than download max size" in str(exception) and isinstance(key, str) and \
-                    not request.meta.get(SUBREQUEST_META):
-                self._too_large.add(key)
+            if own is not None and "larger than download max size" in str(exception):
+                self._too_large.add(own)
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))
             if response is not None and "cached" in response.flags:  # the server confirmed the cached copy
@@ -1247,10 +1247,9 @@ class Tracker:
             if "cached" in response.flags:
                 self.stats.inc_value("costsched/cached")
             return
-        key = request.meta.get(PAGE_META)
-        if key is not None and not request.meta.get(SUBREQUEST_META):
+        if own is not None:
             self.stats.inc_value("costsched/ignored")
-            self._failed_attempts.setdefault(key, True)
+            self._failed_attempts.setdefault(own, True)
 
     def _release_robots(self, request: Request) -> bool:
         """Release the reservation for robots.txt if *request* is RobotsTxtMiddleware's for it (``True`` if so)."""
@@ -1718,9 +1717,10 @@ class Tracker:
 
     def moved(self, key: str, request: Request, target: str) -> Move | None:
         """Whether page *key* moved: it answered with a permanent redirect (301 or 308, or a meta refresh of under
-        :data:`PERMANENT_REFRESH_SECONDS`) to *request*, page *target*. Then *key* is retired as a page gone (re-checked as rarely) and the visit under way is the
-        target's (``"moved"``), as Nutch and StormCrawler crawl a redirect's target as a URL of its own: later
-        visits cost one request, not two, and earn validators of their own. A target the crawl does not know yet
+        :data:`PERMANENT_REFRESH_SECONDS`) to *request*, page *target*. Then *key* is retired as a page gone
+        (re-checked as rarely) and the visit under way is the target's (``"moved"``), as Nutch and StormCrawler
+        crawl a redirect's target as a URL of its own: later visits cost one request, not two, and earn validators
+        of their own. A target the crawl does not know yet
         takes the page's history (:meth:`_moved_page`), on any host: OffsiteMiddleware dropped a redirect that
         ``allowed_domains`` leave out when it was scheduled, before it came here, and lets through what it would
         let through re-issued (``dont_filter`` goes with the template). The target of any other redirect (a

@@ -310,9 +310,9 @@ def render(page: dict[str, Any]) -> str:
         if template["body"]:  # what tells a form's pages apart (they share a URL)
             template_text += f" body={request_line(template).partition(' ')[2]}"
     retired = f", moved permanently to {page['moved_to']}" if page["moved_to"] else ", gone" if page["gone"] else ""
+    last_failure = f", the last: {page['last_failure']}" if page["last_failure"] else ""
     visits_text = (f"{page['visits']}, {page['changes']} changed, {page['failures']} failed "
-                   f"({page['consecutive_failures']} in a row{', the last: ' + page['last_failure'] if page['last_failure'] else ''})"
-                   f"{retired}")
+                   f"({page['consecutive_failures']} in a row{last_failure}){retired}")
     if page["not_found_in_a_row"]:
         strikes = page["not_found_in_a_row"]
         visits_text += f"; since then 404 or 410 {strikes} time{'s' if strikes > 1 else ''} in a row"
