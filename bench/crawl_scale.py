@@ -16,7 +16,8 @@ the scale bars are about (issue 8):
   bar: under 10 s), and the wall time from spawning the crawl to its first request,
 * the add-on's wall-time overhead against the plain run, median over the pairs (bar: under 10%),
   and its CPU-time overhead (user + system time of the crawl process), which other work on the
-  machine disturbs less than the wall time.
+  machine disturbs less than the wall time; and the CPU time the hypervisor gave other guests
+  during each crawl, which tells a pair the host disturbed.
 
     python bench/crawl_scale.py                      # 200,000 known pages, budget 5000, 3 pairs
     python bench/crawl_scale.py --pages 20000 --repeat 1 --json out.json
@@ -143,11 +144,23 @@ class Crawl:
     crawl_seconds: float | None
     gc_full_seconds: float
     """Time in the cyclic collector's full (generation 2) collections, which scan every object the crawl keeps."""
+    steal_seconds: float | None
+    """CPU time the hypervisor gave other guests while the crawl ran (all CPUs; Linux's ``steal``): on a shared
+    machine, what tells a pair the host disturbed from one the add-on slowed."""
     stats: dict[str, Any]
     log: str
 
     def stat(self, name: str) -> Any:
         return self.stats.get(name)
+
+
+def steal_seconds() -> float | None:
+    """The machine's stolen CPU time so far, in seconds (``None`` where ``/proc/stat`` does not say)."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, urls: Path | None,
@@ -168,7 +181,7 @@ def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, u
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with log.open("wb") as out:
         # Children's times count once they are reaped: the site server is reaped only at the end.
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before, stolen = resource.getrusage(resource.RUSAGE_CHILDREN), steal_seconds()
         spawned, started = time.time(), time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         try:
@@ -177,7 +190,7 @@ def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, u
             proc.kill()
             proc.wait()
         wall = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        after, stolen_after = resource.getrusage(resource.RUSAGE_CHILDREN), steal_seconds()
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     text = log.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0 or not stats_file.exists():
@@ -187,7 +200,8 @@ def run_crawl(mode: str, workdir: Path, site: str, budget: float, state: Path, u
     first = times.get("first_request")
     return Crawl(mode, wall, cpu, round(times["peak_rss"]),
                  first - spawned if first else None,
-                 times["closed"] - first if first else None, times["gc2_seconds"], report["stats"], str(log))
+                 times["closed"] - first if first else None, times["gc2_seconds"],
+                 None if stolen is None or stolen_after is None else stolen_after - stolen, report["stats"], str(log))
 
 
 def start_site(pages: int) -> tuple[subprocess.Popen[str], str]:
@@ -298,6 +312,10 @@ def print_table(r: dict[str, Any]) -> None:
           f"CPU time: {r['cpu_overhead']:+.1%}")
     if len(r["pair_overheads"]) > 1:
         print("each pair's wall-time overhead: " + ", ".join(format(o, "+.1%") for o in r["pair_overheads"]))
+    stolen = [(c["mode"], c["steal_seconds"]) for c in r["crawls"]]
+    if any(seconds for _, seconds in stolen):
+        print("CPU time stolen by other guests during each crawl [s]: " + ", ".join(
+            f"{mode} {_fmt(seconds, '.2f')}" for mode, seconds in stolen))
 
 
 def main() -> None:
@@ -340,9 +358,11 @@ def main() -> None:
                 if mode == "costsched":
                     urls = workdir / f"{mode}-{r}.visited"
             pairs.append((crawls["costsched"], crawls["plain"]))
-            print(f"pair {r + 1}/{args.repeat}: costsched {crawls['costsched'].wall_seconds:.2f} s "
-                  f"(CPU {crawls['costsched'].cpu_seconds:.2f} s), plain {crawls['plain'].wall_seconds:.2f} s "
-                  f"(CPU {crawls['plain'].cpu_seconds:.2f} s)", file=sys.stderr, flush=True)
+            print(f"pair {r + 1}/{args.repeat}: " + ", ".join(
+                f"{mode} {crawl.wall_seconds:.2f} s (CPU {crawl.cpu_seconds:.2f} s, "
+                f"stolen {_fmt(crawl.steal_seconds, '.2f')} s)"
+                for mode, crawl in (("costsched", crawls["costsched"]), ("plain", crawls["plain"]))),
+                file=sys.stderr, flush=True)
         result = summarise(args.pages, args.budget, seed_seconds, seed.stat().st_size, pairs)
     finally:
         stop(site_proc)
