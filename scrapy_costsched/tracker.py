@@ -1069,8 +1069,10 @@ class Tracker:
         if self.store is None:
             return
         self._answers[id(request)] = (response.status, response_size(response))
-        if self._refresh_tags is not None and isinstance(response, HtmlResponse) and PAGE_META in request.meta:
-            # Read before MetaRefreshMiddleware reads it: Scrapy keeps the answer for the response, so it is read once.
+        if (self._refresh_tags is not None and isinstance(response, HtmlResponse) and PAGE_META in request.meta
+                and not request.meta.get("dont_redirect") and request.method != "HEAD"):
+            # Read before MetaRefreshMiddleware reads it, for the answers it reads: Scrapy keeps the result for the
+            # response, so it is read once.
             interval, target = get_meta_refresh(response, ignore_tags=self._refresh_tags)
             if target is not None and interval is not None and interval < PERMANENT_REFRESH_SECONDS:
                 self._instant_refreshes.add(response.url)
@@ -1525,10 +1527,8 @@ class Tracker:
             page.page_type = next(iter(visit.item_types))
         page.refusals = page.refusals + 1 if visit.refused else 0
         if visit.failed:
-            self._failed(page, visit.time)
+            self._failed(page, visit.time, too_large=key in self._too_large)
             page.last_failure = self._failure_reasons.pop(key, None) or "no usable answer"
-            if key in self._too_large:
-                self._retire_too_large(page, visit.time)
             outcome = "refused" if visit.refused else "failed"
         else:
             page.last_failure = None
@@ -1673,25 +1673,15 @@ class Tracker:
         """One more answer in a row that says *page* is not there (*strikes* of them): retired after
         :data:`GONE_AFTER`, re-checked rarely; until then its next attempt waits, twice as long each time."""
         if strikes >= GONE_AFTER:
-            page.gone = True
-            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
+            self._retire(page, when)
             return True
         page.not_before = self._periods_after(when, min(2 ** (strikes - 1), MAX_BACKOFF_PERIODS))
         return False
 
-    def _retire_too_large(self, page: PageState, when: float) -> None:
-        """*page*'s answer was larger than the crawl lets a download be (``DOWNLOAD_MAXSIZE``, ``COSTSCHED_MAXSIZE``):
-        the crawl's own standing word, as a robots.txt ``Disallow`` is the site's, so the page is retired at once and
-        re-checked as rarely as a page gone. Found in a blog trial: its gallery posts, each cancelled after the
-        headers, were tried again after 1, 2, 4, ... periods, up to a third of a day's requests."""
+    def _retire(self, page: PageState, when: float) -> None:
+        """Retire *page* as a page gone at *when*: it is checked again once every :data:`GONE_RECHECK_PERIODS`."""
         page.gone = True
         page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
-        self.stats.inc_value("costsched/too_large")
-        if not self._log_once(("too_large", ""), "costsched: %s is larger than its download may be (DOWNLOAD_MAXSIZE, "
-                              "COSTSCHED_MAXSIZE or the request's download_maxsize): retired, and re-checked every %d "
-                              "periods (such pages are counted in costsched/too_large and listed at DEBUG)",
-                              page.url, GONE_RECHECK_PERIODS, level=logging.INFO):
-            logger.debug("costsched: %s is larger than its download may be: retired", page.url)
 
     def _periods_after(self, when: float, periods: int) -> float:
         """When a page that failed at *when* may be tried again: as the budget period *periods* after *when*'s
@@ -1699,20 +1689,29 @@ class Tracker:
         the next day's run ten minutes too early to include it, and a wait of one period lasted two runs."""
         return (int(when // self.config.budget_period) + periods) * self.config.budget_period
 
-    def _failed(self, page: PageState, when: float) -> None:
+    def _failed(self, page: PageState, when: float, *, too_large: bool = False) -> None:
         """A visit that got no usable answer: the next attempt waits, twice as long after each failure in a row.
 
         A page refused before download :data:`GONE_AFTER` times in a row is retired as a page gone, re-checked
         as rarely: robots.txt and offsite rules are the site's and the crawl's standing word (Nutch's FetcherThread
         marks a URL robots.txt denies ``STATUS_FETCH_GONE`` at once; a refusal could pass, so it needs repeated
-        evidence here, as a 404 does).
+        evidence here, as a 404 does). A page whose answer was *too_large* for its download (``DOWNLOAD_MAXSIZE``,
+        ``COSTSCHED_MAXSIZE``; Scrapy cancelled it after the headers) is retired at once: the crawl's own limit is
+        its standing word, and the server said the size. Found in a blog trial, where gallery posts tried again
+        after 1, 2, 4, ... periods took up to a third of a day's requests.
         """
         page.failures += 1
         page.consecutive_failures += 1
         page.not_before = self._periods_after(when, min(2 ** (page.consecutive_failures - 1), MAX_BACKOFF_PERIODS))
-        if page.refusals >= GONE_AFTER:
-            page.gone = True
-            page.not_before = self._periods_after(when, GONE_RECHECK_PERIODS)
+        if page.refusals >= GONE_AFTER or too_large:
+            self._retire(page, when)
+        if too_large:
+            self.stats.inc_value("costsched/too_large")
+            if not self._log_once(("too_large", ""), "costsched: %s is larger than its download may be "
+                                  "(DOWNLOAD_MAXSIZE, COSTSCHED_MAXSIZE or the request's download_maxsize): retired, "
+                                  "and re-checked every %d periods (such pages are counted in costsched/too_large "
+                                  "and listed at DEBUG)", page.url, GONE_RECHECK_PERIODS, level=logging.INFO):
+                logger.debug("costsched: %s is larger than its download may be: retired", page.url)
         self.stats.inc_value("costsched/failed")
 
     def moved(self, key: str, request: Request, target: str) -> Move | None:
@@ -1745,9 +1744,9 @@ class Tracker:
         known = self.pages.known(target)
         if not known:
             self.pages.changed(target, self._moved_page(page, request))
-        page.gone, page.moved_to = True, request.url
+        page.moved_to = request.url
         page.last_visit = page.last_attempt = self.now()  # its answer was seen: it moved (a page never visited too)
-        page.not_before = self._periods_after(page.last_attempt, GONE_RECHECK_PERIODS)
+        self._retire(page, page.last_attempt)
         self.pages.changed(key, page)
         landing = self.page(target) if known else None
         if landing is not None and not self.config.shadow and _parsed_otherwise(request, landing):
