@@ -21,9 +21,9 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.extensions.httpcache import DummyPolicy
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
-from twisted.internet.threads import deferToThread
 
 from scrapy_costsched.ledger import amount
+from scrapy_costsched.loop import in_thread
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
 from scrapy_costsched.sessions import SESSION_META, SESSION_STEP_META
@@ -293,7 +293,7 @@ class CostAwareScheduler(BaseScheduler):
             self.tracker.scheduled = True
         if not self.budgeted:
             return self.fallback.open(spider)
-        planned: Deferred[None] = deferToThread(self._plan)
+        planned: Deferred[None] = in_thread(self._plan)
         planned.addCallback(self._freeze)
         planned.addCallback(lambda _: self.fallback.open(spider))
         return planned

@@ -25,8 +25,6 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.response import get_meta_refresh
-from twisted.internet.task import LoopingCall
-from twisted.internet.threads import deferToThread
 from w3lib.url import safe_url_string
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
@@ -39,6 +37,7 @@ from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, number, per_change
+from scrapy_costsched.loop import Ticker, in_thread, running_loop
 from scrapy_costsched.media import media_fields
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
@@ -123,15 +122,6 @@ def _parsed_otherwise(request: Request, landing: PageState) -> bool:
                                                    landing.template["meta"].get("rule"))
 
 
-def _reactor_running() -> bool:
-    """Whether a Twisted reactor runs this crawl (not when components are driven by hand, or without one)."""
-    try:
-        from twisted.internet import reactor  # here: importing it installs one, and Scrapy picks which
-    except ImportError:  # TWISTED_REACTOR_ENABLED = False: Scrapy forbids installing one
-        return False
-    return bool(reactor.running)
-
-
 async def _finished(closed: Deferred[None]) -> None:
     await maybe_deferred_to_future(closed)
 
@@ -202,7 +192,7 @@ class Tracker:
         self.accounts: Accounts
         self._ledger: Ledger | None = None
         self._closing: Deferred[None] | None = None
-        self._progress: LoopingCall | None = None
+        self._progress: Ticker | None = None
         self.visits = VisitBook()
         self._downloaded: set[int] = set()  # requests a download handler took, until their answer is back
         self._paused_hosts: set[str] = set()  # hosts whose visits a long Retry-After kept out of this run
@@ -422,9 +412,8 @@ class Tracker:
         if self.store is not None:
             self._take_media_pipelines()
             self._warn_about_setup()
-        if self.store is not None and self.config.log_interval and _reactor_running():
-            self._progress = LoopingCall(self._log_progress)
-            self._progress.start(self.config.log_interval, now=False)
+        if self.store is not None and self.config.log_interval and running_loop():
+            self._progress = Ticker(self._log_progress, self.config.log_interval)
 
     def _warn_about_setup(self) -> None:
         """What the crawl's set-up keeps from working, said once the spider is open rather than when the state
@@ -467,11 +456,11 @@ class Tracker:
 
         Called by the scheduler's ``close()`` and by ``spider_closed``, whichever comes
         first; the second call does nothing. The refit runs in a worker thread when a
-        reactor is running, else (components driven by hand) before returning.
+        loop is running, else (components driven by hand) before returning.
         """
         if self._closing is not None or self.store is None:
             return None
-        if self._progress is not None and self._progress.running:
+        if self._progress is not None:
             self._progress.stop()
         for visit in self.visits.abandon_all():
             # Still waiting for a chained sub-request or an item: the record is incomplete.
@@ -504,11 +493,11 @@ class Tracker:
         self.store.set_meta("session_steps", self.sessions.to_state())
         self._save()
         self._summarise(reason)
-        if not _reactor_running():
+        if not running_loop():
             self._finish()
             return None
-        # Refitting reads every page of the observed groups: off the reactor thread.
-        self._closing = deferToThread(self._finish)
+        # Refitting reads every page of the observed groups: off the loop's thread.
+        self._closing = in_thread(self._finish)
         return self._closing
 
     def _finish(self) -> None:

@@ -170,6 +170,22 @@ process.start()
     assert "costsched: run finished (finished): 1 visits" in alone.log
 
 
+def test_a_crawl_without_a_twisted_reactor_plans_learns_and_logs_its_progress(crawls: Crawls) -> None:
+    """Found in a blog's trial: with ``TWISTED_REACTOR_ENABLED = False`` (Scrapy 2.15 and later crawl on asyncio's
+    loop alone), the plan's worker thread imported the reactor Scrapy forbids there, and the crawl closed with
+    three tracebacks before its first request."""
+    pytest.importorskip("scrapy.utils.reactorless", reason="Scrapy 2.15 and later can crawl without a reactor")
+    settings = ("TWISTED_REACTOR_ENABLED=False", "COSTSCHED_BUDGET=10", "DOWNLOAD_DELAY=0.3",
+                "COSTSCHED_LOG_INTERVAL=0.4")
+    first = crawls.run(*settings, paths="/page/1,/page/2,/page/3")
+    assert " ERROR: " not in first.log, first.log[-3000:]
+    assert first.stats["costsched/baseline"] == 3
+    assert re.search(r"costsched: \d+ of 10 requests spent this period; this run: \d+ visits", first.log)  # progress
+    second = crawls.run(*settings, paths="/page/1,/page/2,/page/3", day=3)
+    assert second.stats["costsched/plan/planned"] == 3  # planned from what the first run stored
+    assert second.stats["costsched/visits/refresh"] == 3
+    assert crawls.page("/page/1")["visits"] == 2
+
 def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_cost(crawls: Crawls) -> None:
     """Found in a trial: each host's robots.txt was planned at the prior page (a quarter of a small byte
     budget, 10 kB here), and the refreshes it crowded out left the new pages no share of the budget."""
