@@ -9,8 +9,10 @@ tracker and to nothing else of each other.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import sqlite3
 import time
 import weakref
 from dataclasses import replace
@@ -309,6 +311,7 @@ class Tracker:
             store.close()
             raise
         self.attach(store)
+        atexit.register(self._commit_at_exit)
         _OPEN_TRACKERS.add(self)
         if len(_OPEN_TRACKERS) > 1:
             for tracker in _OPEN_TRACKERS:
@@ -510,6 +513,7 @@ class Tracker:
         finally:
             self.store.close()
             self.store = None
+            atexit.unregister(self._commit_at_exit)
             _OPEN_TRACKERS.discard(self)
 
     def _summarise(self, reason: str) -> None:
@@ -586,6 +590,20 @@ class Tracker:
         logger.debug("%s: committed; %d observations in this run", self.who,
                      sum(self.stats.get_value(f"costsched/{o}", 0)
                          for o in ("baseline", "rebaseline", "changed", "unchanged")))
+
+    def _commit_at_exit(self) -> None:
+        """Commit what a process that exits with the state open observed since the last commit.
+
+        Scrapy's second Ctrl-C ("forcing unclean shutdown") stops the loop at once, before the spider closes;
+        the process then exits, and nothing runs on the loop any more. The state stays unclosed, so the next
+        run checks it in full, as after a kill, but it loses none of the visits already observed.
+        """
+        if self.store is None or self._closing is not None:
+            return
+        try:
+            self.commit()
+        except (sqlite3.Error, OSError, RuntimeError) as exc:  # RuntimeError: sqlitedict refusing a closed connection
+            logger.warning("%s: could not commit the state at exit: %s", self.who, exc)
 
     def _commit_grant(self) -> None:
         """The ledger's safe point: its grant reaches the disk before the requests it covers leave.

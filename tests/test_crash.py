@@ -60,15 +60,16 @@ class CountingSite:
         self._received = 0
         self.reached = threading.Event()
         self._reach_at: int | None = None
+        self._stall: tuple[int, float] | None = None
         count = self._count
 
         class Handler(make_handler(catalog)):  # type: ignore[misc]
             def do_GET(self) -> None:
-                count()
+                time.sleep(count())
                 super().do_GET()
 
             def do_HEAD(self) -> None:
-                count()
+                time.sleep(count())
                 super().do_HEAD()
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -93,11 +94,18 @@ class CountingSite:
             if self._received >= received:
                 self.reached.set()
 
-    def _count(self) -> None:
+    def stall(self, after: int, seconds: float) -> None:
+        """Hold each answer for *seconds* once *after* requests in all have come in."""
+        with self._lock:
+            self._stall = (after, seconds)
+
+    def _count(self) -> float:
+        """Count a request; how long to hold its answer."""
         with self._lock:
             self._received += 1
             if self._reach_at is not None and self._received >= self._reach_at:
                 self.reached.set()
+            return self._stall[1] if self._stall is not None and self._received > self._stall[0] else 0.0
 
     def close(self) -> None:
         self._server.shutdown()
@@ -166,9 +174,9 @@ def page_keys(state: Path) -> set[str]:
 
 def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extra_delay: float, *,
                  budget: float = BUDGET, settings: dict[str, Any] | None = None,
-                 sig: signal.Signals = signal.SIGKILL) -> tuple[bool, str]:
-    """Start a budgeted crawl and send it *sig* (SIGKILL) at the drawn point, unless it ended first: (whether it got
-    the signal, its log)."""
+                 sig: signal.Signals = signal.SIGKILL, again_after: float | None = None) -> tuple[bool, str]:
+    """Start a budgeted crawl and send it *sig* (SIGKILL) at the drawn point, and again *again_after* seconds later
+    if given, unless it ended first: (whether it got the signal, its log)."""
     cmd, env, _, _ = crawl_command(shop.site, work, budget=budget,
                                    settings={"CONCURRENT_REQUESTS": CONCURRENT, **(settings or {})}, tag=tag)
     log = work / f"{tag}.log"
@@ -184,6 +192,9 @@ def run_and_kill(shop: CountingSite, work: Path, tag: str, kill_after: int, extr
                 time.sleep(extra_delay)
                 signalled = proc.poll() is None
                 if signalled:
+                    proc.send_signal(sig)
+                if signalled and again_after is not None:
+                    time.sleep(again_after)
                     proc.send_signal(sig)
             proc.wait(timeout=RUN_TIMEOUT)
         finally:
@@ -311,3 +322,30 @@ def test_a_run_stopped_by_ctrl_c_closes_the_state_and_books_what_it_sent(tmp_pat
     assert "was not closed by the run that last wrote it" not in later.log
     assert later.stats["costsched/period_spent_at_start"] == received < 40
     assert f"{40 - received} requests left in this period" in later.log
+
+
+def test_a_run_stopped_by_a_second_ctrl_c_keeps_what_it_observed(tmp_path: Path) -> None:
+    """Found in a blog's trial: a second Ctrl-C ("forcing unclean shutdown") stops Scrapy's loop at once, while the
+    spider is still closing; what the run had observed since its last commit was lost, as after a kill (here all
+    19 pages, none of them recorded as visited). The process now commits it as it exits."""
+    from demo_site.catalog import Catalog
+
+    catalog = Catalog.generate(products=60, categories=2, seed=5, horizon_days=10, new_per_day=0)
+    shop = CountingSite(catalog, tmp_path / "clock")
+    work = tmp_path / "work"
+    try:
+        shop.site.set_time(shop.site.day(1))
+        shop.stall(after=20, seconds=5.0)  # the answers in flight hold the graceful stop the first Ctrl-C asks for
+        stopped, log = run_and_kill(shop, work, "stopped", 20, 0.5, budget=40, sig=signal.SIGINT, again_after=0.5,
+                                    settings={"COSTSCHED_COMMIT_EVERY": 1000, "COSTSCHED_COMMIT_INTERVAL": "1h"})
+        assert stopped, "the crawl ended before Ctrl-C: " + log[-3000:]
+        observed = {key for key, page in read_state(work / "state.sqlite")["pages"].items() if page["visits"]}
+        shop.stall(after=10**6, seconds=0.0)
+        later = crawl(shop.site, work, budget=40, tag="later")
+    finally:
+        shop.close()
+    assert "Received SIGINT twice, forcing unclean shutdown" in log
+    assert "costsched: run finished" not in log  # the spider never closed: the commit is the exit's
+    assert len(observed) >= 20 - 1 - CONCURRENT  # the answers before the stall, less robots.txt and those in parse
+    assert "was not closed by the run that last wrote it" in later.log
+    assert later.returncode == 0, later.log[-3000:]
