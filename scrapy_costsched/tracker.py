@@ -1236,9 +1236,12 @@ class Tracker:
         own = key if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) else None
         if isinstance(exception, AttemptRefused):  # counted, and its reservation released, when it was refused
             # A visit that ends here, unless an answer that failed already counts it (a retry's): an outcome of its
-            # own, so the summary's outcomes add up to its visits.
+            # own, so the summary's outcomes add up to its visits, and the report's visits are the summary's.
             if own is not None and own not in self._failed_attempts:
                 self.stats.inc_value("costsched/cut_short")
+                group = self._group_of(own)
+                if group is not None:
+                    self.accounts.observed(own, *group, "cut_short")
             return
         if exception is not None:
             self.note_failure(key, exception)

@@ -127,7 +127,8 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
     # The report's outcomes add up to its visits; the refusal is no visit, and no failure either.
     figures = json.loads(crawls.report("--json"))["periods"][0]["figures"]
-    outcomes = ("new", "rebaselined", "changed", "unchanged", "not_modified", "failed", "gone", "redirected")
+    outcomes = ("new", "rebaselined", "changed", "unchanged", "not_modified", "failed", "gone", "redirected",
+                "cut_short")
     assert sum(figures[name] for name in outcomes) == figures["visits"] == 2  # page/1 in each run
     assert (figures["failed"], figures["refused"]) == (0, 1)
     # Refused again after each wait, three times in a row: retired as a page gone, re-checked as rarely (found on a
@@ -699,6 +700,9 @@ def test_a_visit_whose_redirect_the_budget_cannot_pay_for_is_an_outcome_of_the_s
     assert "costsched/failed" not in first.stats
     assert re.search(r"run finished \(finished\): 1 visits: 0 new pages, 0 changed, 0 unchanged \(0 of them 304s\), "
                      r"1 cut short \(a redirect or retry the budget or its host's health kept back\), 0 failed;", first.log)
+    # The report counts the visits the summary counts (found in a Scrapyd trial: 7 visits there, 9 in the log).
+    figures = json.loads(crawls.report("--json"))["periods"][0]["figures"]
+    assert (figures["visits"], figures["cut_short"], figures["spent"]) == (1, 1, 2)
     second = crawls.run("COSTSCHED_BUDGET=2", paths="/refresh/1", day=2.0)  # planned again, at its new URL
     assert second.hits == {"/robots.txt": 1, "/page/1": 1}
     assert second.stats["costsched/baseline"] == 1

@@ -74,6 +74,7 @@ class Figures:
     not_modified: int = 0
     failed: int = 0
     refused: int = 0
+    cut_short: int = 0
     gone: int = 0
     redirected: int = 0
     no_change: int = 0
@@ -96,7 +97,8 @@ class Figures:
             new=round(total["baseline"]), rebaselined=round(total["rebaseline"]), changed=round(total["changed"]),
             unchanged=round(total["unchanged"]), not_modified=round(total["not_modified"]),
             failed=round(total["failed"] + total["empty"]), refused=round(total["refused"]),
-            gone=round(total["not_found"] + total["gone"]), redirected=round(total["redirected"]),
+            cut_short=round(total["cut_short"]), gone=round(total["not_found"] + total["gone"]),
+            redirected=round(total["redirected"]),
             no_change=round(sum(total[name] for name in NO_CHANGE)),
             no_change_cost=sum(total[f"{name}/cost"] for name in NO_CHANGE),
         )
