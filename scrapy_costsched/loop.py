@@ -50,7 +50,7 @@ class Ticker:
 
     def __init__(self, tick: Callable[[], object], interval: float) -> None:
         if running_loop() == "asyncio":
-            from scrapy.utils.asyncio import AsyncioLoopingCall  # Scrapy 2.14+, as the reactorless mode is
+            from scrapy.utils.asyncio import AsyncioLoopingCall  # Scrapy 2.14+; crawls without a reactor, 2.15+
 
             self._call: AsyncioLoopingCall | LoopingCall = AsyncioLoopingCall(tick)
         else:
