@@ -44,7 +44,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.extensions.httpcache import RFC2616Policy
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
@@ -113,6 +113,9 @@ class ConditionalRequestMiddleware:
             raise HostPaused(f"{request.url}: its host asked for a pause of {blocked:.0f} s more")
         if blocked > 0:  # a request that reaches a slot nobody held, e.g. one created since the pause began
             self.tracker.health.hold_slot(request, blocked)
+        refusal = self.tracker.admit_media(request)
+        if refusal is not None:
+            raise IgnoreRequest(f"{request.url}: not downloaded, {refusal}")
         self._add_validators(request)
         if self.tracker.config.max_sizes and "download_maxsize" not in request.meta:
             page = self.tracker.page(request.meta.get(PAGE_META) or "")

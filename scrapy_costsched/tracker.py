@@ -1136,9 +1136,6 @@ class Tracker:
         if media_of is not None:
             key = media_of
             self._media_sizes.setdefault(key, []).append(billed)
-            held = self.ledger.held(_media_holder(key))
-            if held:  # what the visit's answer left held for its media now is spent
-                self.ledger.reserve(_media_holder(key), max(held - cost, 0.0))
         self.accounts.charged(key if isinstance(key, str) else None, urlparse_cached(request).hostname or "", cost)
         self._count_bytes(key, billed)
         if key is not None and media_of is None and not request.meta.get(SUBREQUEST_META):
@@ -1167,6 +1164,38 @@ class Tracker:
                 del self._media_pages[url]
         if answered:
             self.hosts.add_media(page.group, page.last_visit is None, sizes)
+
+    def admit_media(self, request: Request) -> str | None:
+        """Why a media pipeline's download of a file a page's item lists may not go out, else ``None``.
+
+        As every request, it goes out only if the period's budget pays for it: at what files of its page's kind
+        were measured to cost (before any was, at the prior a first page is planned at), out of what the page's
+        answer left held for its files first. Under byte billing the download is also capped at what is left, so
+        a file larger than its estimate cannot take the period over its budget alone.
+        """
+        key = self._media_pages.get(request.url) if self._media_pages and PAGE_META not in request.meta else None
+        page = self.page(key) if key is not None and not self.config.shadow else None
+        if key is None or page is None or self.ledger.budget is None:
+            return None
+        measured = self.hosts.media_per_visit(page.group, first=page.last_visit is None)
+        cost = self.billing.attempt_cost(200, round(measured[1])) if measured else self._prior_cost()
+        holder = _media_holder(key)
+        held = self.ledger.held(holder)
+        taken = min(held, cost)
+        if not self.ledger.affords(cost - taken):
+            self.stats.inc_value("costsched/media/refused")
+            self._log_once(("media_refused", ""), "%s: %s, a file an item of %s lists, not downloaded: the period's "
+                           "budget cannot pay for it (such files are counted in costsched/media/refused)",
+                           self.who, request.url, page.url, level=logging.INFO)
+            return "the period's budget cannot pay for it"
+        if taken:
+            self.ledger.reserve(holder, held - taken)
+        self.ledger.reserve(request, cost)
+        self.ledger.dispatch(request)
+        if self.billing.unit == "bytes":
+            left = max(round(self.ledger.spendable() + cost), 1)
+            request.meta["download_maxsize"] = min(request.meta.get("download_maxsize") or left, left)
+        return None
 
     def _hold_for_media(self, key: str) -> None:
         """A page's answer is charged, which releases its visit's reservation, but the media its items list are
