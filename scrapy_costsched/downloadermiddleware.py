@@ -192,3 +192,5 @@ class ConditionalRequestMiddleware:
 
     def process_exception(self, request: Request, exception: Exception, spider: Spider | None = None) -> None:
         self.tracker.settle(request, exception=exception)
+        if self.tracker.media_cut(request, exception):  # told apart from a failure: the media pipeline logs none
+            raise IgnoreRequest(f"{request.url}: not downloaded, larger than what the period's budget has left")

@@ -265,6 +265,11 @@ class Ledger:
         assert self.budget is not None
         return self.budget - self.spent - (self.dispatched + cost) * self.shortfall >= -self.budget * ROUNDING
 
+    def headroom(self) -> float:
+        """The largest cost :meth:`affords` passes now."""
+        assert self.budget is not None
+        return (self.budget - self.spent + self.budget * ROUNDING) / self.shortfall - self.dispatched
+
     def left(self) -> str:
         """What is left of the period's budget, as the log says it: a budget lowered below the period's spend
         (or a shadow run's spend earlier in the period) leaves nothing, not a negative amount."""

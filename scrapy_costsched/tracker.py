@@ -150,6 +150,10 @@ def _media_holder(key: str) -> str:
     return f"media:{key}"
 
 
+#: The size a media download was capped at, under byte billing: what the period's budget had left for it.
+_MEDIA_CAP_META = "costsched_media_cap"
+
+
 def _hand_over(pending: dict[str, list[_T]], key: str, target: str) -> None:
     """What *pending* holds for page *key*, now page *target*'s."""
     if key in pending:
@@ -1182,20 +1186,35 @@ class Tracker:
         holder = _media_holder(key)
         held = self.ledger.held(holder)
         taken = min(held, cost)
-        if not self.ledger.affords(cost - taken):
-            self.stats.inc_value("costsched/media/refused")
-            self._log_once(("media_refused", ""), "%s: %s, a file an item of %s lists, not downloaded: the period's "
-                           "budget cannot pay for it (such files are counted in costsched/media/refused)",
-                           self.who, request.url, page.url, level=logging.INFO)
+        headroom = self.ledger.headroom() + taken
+        if cost > headroom:
+            self._refuse_media(request)
             return "the period's budget cannot pay for it"
         if taken:
             self.ledger.reserve(holder, held - taken)
         self.ledger.reserve(request, cost)
         self.ledger.dispatch(request)
         if self.billing.unit == "bytes":
-            left = max(round(self.ledger.spendable() + cost), 1)
-            request.meta["download_maxsize"] = min(request.meta.get("download_maxsize") or left, left)
+            left = max(round(headroom), 1)
+            if left < (request.meta.get("download_maxsize") or math.inf):
+                request.meta["download_maxsize"] = request.meta[_MEDIA_CAP_META] = left
         return None
+
+    def media_cut(self, request: Request, exception: Exception) -> bool:
+        """Whether *exception* is Scrapy cancelling a media download at the size :meth:`admit_media` capped it at
+        (``True``): a file the budget cannot pay for, as one refused before it went out."""
+        cap = request.meta.get(_MEDIA_CAP_META)
+        if cap is None or cap != request.meta.get("download_maxsize") or "larger than download max size" not in str(
+                exception):
+            return False
+        self._refuse_media(request)
+        return True
+
+    def _refuse_media(self, request: Request) -> None:
+        self.stats.inc_value("costsched/media/refused")
+        self._log_once(("media_refused", ""), "%s: %s, a file an item lists, not downloaded: the period's budget "
+                       "cannot pay for it (such files are counted in costsched/media/refused)", self.who, request.url,
+                       level=logging.INFO)
 
     def _hold_for_media(self, key: str) -> None:
         """A page's answer is charged, which releases its visit's reservation, but the media its items list are

@@ -8,6 +8,7 @@ import sqlite3
 from contextlib import closing
 from typing import TYPE_CHECKING
 
+import pytest
 from scrapy import Request
 
 from scrapy_costsched import ledger
@@ -159,6 +160,11 @@ def test_reservations_are_scaled_by_how_far_the_latest_charges_exceeded_theirs(t
     # A queued request goes out if what the requests sent before it and itself will cost, priced alike, fits;
     # those queued behind it do not count.
     assert ledger.pays_to_send(requests[4])  # 10,000 - 3,250 - (500 + 500) * 3 = 3,750
+    # The headroom is the most a request sent now may be reserved at: the 6,750 bytes left pay for 2,250 reserved at
+    # a shortfall of 3, of which the request sent holds 500 (a media download is capped at it).
+    assert ledger.headroom() == pytest.approx(1750.0)
+    assert ledger.affords(ledger.headroom())
+    assert not ledger.affords(ledger.headroom() + 0.01)
     ledger.charge(requests[3], 6000.0)
     assert not ledger.pays_to_send(requests[4])  # 10,000 - 9,250 - 500 * 3 < 0
     store.close()

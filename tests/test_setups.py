@@ -520,9 +520,15 @@ def test_a_first_run_s_files_stay_within_the_budget(crawls: Crawls) -> None:
     downloaded, refused = first.stats["file_status_count/downloaded"], first.stats["costsched/media/refused"]
     assert downloaded >= 1
     assert refused >= 1
-    assert downloaded + refused <= 8  # and a file larger than what was left is cut at its headers
-    assert re.search(r"costsched: http://\S+, a file an item of http://\S+ lists, not downloaded: the period's budget "
-                     r"cannot pay for it", first.log)
+    assert downloaded + refused == 8  # refused before it went out, or cut at its headers: larger than what was left
+    assert re.search(r"costsched: http://\S+, a file an item lists, not downloaded: the period's budget cannot pay "
+                     r"for it", first.log)
+    # A file cut at its headers is refused as one that never went out. Newer media pipelines log a refused file at
+    # DEBUG ("File (filtered)"); older ones (Scrapy 2.13) log each as an ERROR of theirs.
+    from scrapy.pipelines import media
+
+    quiet = hasattr(media, "_media_request_filtered")
+    assert first.log.count("] ERROR: ") == (0 if quiet else refused)
     assert first.stats["item_scraped_count"] == 8  # the items go on without the files
     # A later visit brings them: FilesPipeline downloads what its store lacks.
     later = crawls.run(*settings[:-1], "COSTSCHED_BUDGET=1 MB", paths=",".join(f"/page/{n}" for n in range(11, 19)),
