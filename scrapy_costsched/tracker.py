@@ -223,11 +223,13 @@ class Tracker:
         #: URLs that answered this run with a meta refresh quick enough to be a permanent redirect.
         self._instant_refreshes: set[str] = set()
         # Media pipelines' downloads (scrapy_costsched.media): the item fields listing them, the page whose item
-        # listed each URL (and each page's URLs), and what they moved by page, until the visit is observed.
+        # listed each URL (and each page's URLs), what they moved by page and the pages some of whose downloads the
+        # budget refused, until the visit is observed.
         self._media_url_fields: tuple[str, ...] = ()
         self._media_pages: dict[str, str] = {}
         self._media_urls_of: dict[str, list[str]] = {}
         self._media_sizes: dict[str, list[float]] = {}
+        self._media_refused: set[str] = set()
         self._unstorable: set[str] = set()
         self.sessions = SessionSteps()
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
@@ -489,6 +491,7 @@ class Tracker:
         self._media_pages.clear()
         self._media_urls_of.clear()
         self._media_sizes.clear()
+        self._media_refused.clear()
         self._judge_emptied()
         self._warn_volatile()
         self.accounts.close(self._group_of)
@@ -1160,13 +1163,16 @@ class Tracker:
 
     def _record_media(self, key: str, page: PageState, answered: bool) -> None:
         """*page*'s visit is over, and with it what its items' media downloads cost: an answered visit teaches its
-        group's media means (a visit that downloaded nothing too)."""
+        group's media means (a visit that downloaded nothing too), unless the budget refused some of them: those
+        would teach that its kind of page brings fewer files than it does, and price the next ones too low."""
         sizes = self._media_sizes.pop(key, ())
         self.ledger.release(_media_holder(key))
         for url in self._media_urls_of.pop(key, ()):
             if self._media_pages.get(url) == key:
                 del self._media_pages[url]
-        if answered:
+        refused = key in self._media_refused
+        self._media_refused.discard(key)
+        if answered and not refused:
             self.hosts.add_media(page.group, page.last_visit is None, sizes)
 
     def admit_media(self, request: Request) -> str | None:
@@ -1188,7 +1194,7 @@ class Tracker:
         taken = min(held, cost)
         headroom = self.ledger.headroom() + taken
         if cost > headroom:
-            self._refuse_media(request)
+            self._refuse_media(key, request)
             return "the period's budget cannot pay for it"
         if taken:
             self.ledger.reserve(holder, held - taken)
@@ -1204,13 +1210,15 @@ class Tracker:
         """Whether *exception* is Scrapy cancelling a media download at the size :meth:`admit_media` capped it at
         (``True``): a file the budget cannot pay for, as one refused before it went out."""
         cap = request.meta.get(_MEDIA_CAP_META)
-        if cap is None or cap != request.meta.get("download_maxsize") or "larger than download max size" not in str(
-                exception):
+        key = self._media_pages.get(request.url)
+        if key is None or cap is None or cap != request.meta.get("download_maxsize") or (
+                "larger than download max size" not in str(exception)):
             return False
-        self._refuse_media(request)
+        self._refuse_media(key, request)
         return True
 
-    def _refuse_media(self, request: Request) -> None:
+    def _refuse_media(self, key: str, request: Request) -> None:
+        self._media_refused.add(key)
         self.stats.inc_value("costsched/media/refused")
         self._log_once(("media_refused", ""), "%s: %s, a file an item lists, not downloaded: the period's budget "
                        "cannot pay for it (such files are counted in costsched/media/refused)", self.who, request.url,

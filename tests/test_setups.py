@@ -530,6 +530,13 @@ def test_a_first_run_s_files_stay_within_the_budget(crawls: Crawls) -> None:
     quiet = hasattr(media, "_media_request_filtered")
     assert first.log.count("] ERROR: ") == (0 if quiet else refused)
     assert first.stats["item_scraped_count"] == 8  # the items go on without the files
+    # Visits whose files were refused teach nothing of what files their kind of page brings (they would teach that
+    # it brings fewer, and price the next ones too low): learned from those that downloaded theirs.
+    page = crawls.page("/page/11")
+    host, page_type = page["host"], page["page_type"]
+    per_visit, visits, _ = read_state(crawls.tmp / "state.sqlite")["meta"][f"host:{host}"]["media"][
+        f"{host}|{page_type}|new"]
+    assert (per_visit, visits) == (1.0, downloaded)
     # A later visit brings them: FilesPipeline downloads what its store lacks.
     later = crawls.run(*settings[:-1], "COSTSCHED_BUDGET=1 MB", paths=",".join(f"/page/{n}" for n in range(11, 19)),
                        files="/sized/6{n}", day=3)
