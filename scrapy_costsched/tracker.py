@@ -154,6 +154,12 @@ def _media_holder(key: str) -> str:
 _MEDIA_CAP_META = "costsched_media_cap"
 
 
+def _over_maxsize(exception: Exception) -> bool:
+    """Whether *exception* is Scrapy cancelling a download larger than its ``download_maxsize`` (``DOWNLOAD_MAXSIZE``):
+    its words for it from 2.13 on."""
+    return "larger than download max size" in str(exception)
+
+
 def _hand_over(pending: dict[str, list[_T]], key: str, target: str) -> None:
     """What *pending* holds for page *key*, now page *target*'s."""
     if key in pending:
@@ -1211,8 +1217,7 @@ class Tracker:
         (``True``): a file the budget cannot pay for, as one refused before it went out."""
         cap = request.meta.get(_MEDIA_CAP_META)
         key = self._media_pages.get(request.url)
-        if key is None or cap is None or cap != request.meta.get("download_maxsize") or (
-                "larger than download max size" not in str(exception)):
+        if key is None or cap is None or cap != request.meta.get("download_maxsize") or not _over_maxsize(exception):
             return False
         self._refuse_media(key, request)
         return True
@@ -1301,8 +1306,7 @@ class Tracker:
             return
         if exception is not None:
             self.note_failure(key, exception)
-            # Scrapy's words for a response over DOWNLOAD_MAXSIZE (or its request's download_maxsize), from 2.13 on.
-            if own is not None and "larger than download max size" in str(exception):
+            if own is not None and _over_maxsize(exception):
                 self._too_large.add(own)
         if id(request) in self._downloaded:  # it was downloaded, and charged when it left the downloader
             self._downloaded.discard(id(request))
