@@ -4,9 +4,11 @@ Pages are ``/p/<i>`` (one product's fields and :data:`LINKS` links to other page
 an index ``/`` and ``/robots.txt``. Everything is a pure function of the page number,
 so the bench can seed a crawl state that agrees with what the crawl will see. The
 server is a bare asyncio protocol (keep-alive HTTP/1.1, GET and HEAD only) meant to
-run in its own process, so it does not share the crawler's GIL:
+run in its own process, so it does not share the crawler's GIL. With ``--latency`` each answer
+waits that long before it is written, as a server across a network would keep it:
 
     python bench/scale_site.py --pages 200000     # prints "SITE http://127.0.0.1:<port>"
+    python bench/scale_site.py --latency 0.05     # each answer 50 ms after its request
 """
 
 from __future__ import annotations
@@ -84,8 +86,9 @@ def render(path: str, pages: int) -> tuple[int, bytes, bytes]:
 class _Http(asyncio.Protocol):
     """Keep-alive HTTP/1.1 over one connection: one response per request head, in order."""
 
-    def __init__(self, pages: int) -> None:
+    def __init__(self, pages: int, latency: float = 0.0) -> None:
         self.pages = pages
+        self.latency = latency
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -106,21 +109,32 @@ class _Http(asyncio.Protocol):
                 return
             status, content_type, body = render(parts[1].decode("latin-1").split("?", 1)[0], self.pages)
             close = any(line.lower().replace(b" ", b"") == b"connection:close" for line in lines[1:])
-            self.transport.write(
-                b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
-                % (status, b"OK" if status == 200 else b"Not Found", content_type, len(body),
-                   b"Connection: close\r\n" if close else b"", body if parts[0] == b"GET" else b""))
+            answer = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
+                      % (status, b"OK" if status == 200 else b"Not Found", content_type, len(body),
+                         b"Connection: close\r\n" if close else b"", body if parts[0] == b"GET" else b""))
+            if self.latency > 0.0:
+                # Answers of one connection keep their order: each waits as long, from a later request.
+                asyncio.get_running_loop().call_later(self.latency, self._answer, answer, close)
+            else:
+                self._answer(answer, close)
             if close:
-                self.transport.close()
                 return
         if len(self.buffer) > MAX_HEAD:
             self.transport.close()
 
+    def _answer(self, answer: bytes, close: bool) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():  # the client went away while the answer waited
+            return
+        self.transport.write(answer)
+        if close:
+            self.transport.close()
 
-async def serve(pages: int, port: int = 0) -> None:
+
+async def serve(pages: int, port: int = 0, latency: float = 0.0) -> None:
     """Serve until SIGTERM or until the process that started this one is gone."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Http(pages), "127.0.0.1", port)
+    server = await loop.create_server(lambda: _Http(pages, latency), "127.0.0.1", port)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     parent = os.getppid()
@@ -135,8 +149,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=200_000)
     parser.add_argument("--port", type=int, default=0, help="0 (default) picks a free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds each answer waits (default 0)")
     args = parser.parse_args()
-    asyncio.run(serve(args.pages, args.port))
+    if not 0.0 <= args.latency <= 10.0:
+        parser.error("--latency must be between 0 and 10 seconds")
+    asyncio.run(serve(args.pages, args.port, args.latency))
 
 
 if __name__ == "__main__":
