@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from scrapy_costsched.pages import BODY_SHOWN, PageState
-from scrapy_costsched.report.terminal import amount
+from scrapy_costsched.report.terminal import _table, amount
 from scrapy_costsched.storage import SqliteDictStorage
 from tests.helpers import PROJECT, ROOT, CrawlResult, DemoSite, crawl, read_state, start_site
 
@@ -148,6 +148,29 @@ def test_terminal_report_fits_100_columns_and_shows_the_figures(history: History
     assert report["next_plan"][0]["url"] in text
 
 
+def test_a_table_gives_up_width_to_fit_100_columns_and_keeps_every_figure() -> None:
+    """Found on a job board's trial: a host's row with a rate and its spread ran the Hosts table to 101 columns (a
+    host's long name, to 123). Notes in brackets wrap below their figures first, then the first column narrows, then
+    the widest others wrap, none below its header."""
+    headers = ["host", "pages", "visits", "spent", "changed", "per change", "no-change", "its cost", "304s", "rate"]
+    row = ["shop.example-wholesale-catalogue.co.uk", "12,345", "23,456", "1.23 MB", "3,456", "356.48 kB",
+           "19,999 (85%)", "1.01 MB", "44%", "0.0279 (0.028-0.028)"]
+    lines = _table("Hosts", "caption", headers, [row]).splitlines()
+    assert max(map(len, lines)) <= 100
+    assert lines[3].split() == " ".join(headers).split()
+    assert lines[4].split() == ["-" * len(h) for h in headers]
+    assert len(lines) > 6  # the row took more than one line
+    flat = " ".join(" ".join(lines[5:]).split())
+    assert all(part in flat for cell in row[1:] for part in cell.split())
+    assert "".join(line.split()[0] for line in lines[5:] if line[0] != " ") == row[0]  # the host's name, wrapped
+    assert "1.23 MB" in lines[5]
+    assert "0.0279" in lines[5]
+    assert "(0.028-0.028)" in lines[6]
+    # A table that fits keeps its widths: the first column wraps at FIRST_COLUMN only.
+    narrow = _table("T", "c", ["host", "pages"], [["h" * 40, "1"]]).splitlines()
+    assert narrow[5:] == ["h" * 30 + "  1", "h" * 10]
+
+
 def test_a_form_s_pages_which_share_a_url_are_told_apart_by_method_and_body(history: History, tmp_path: Path) -> None:
     """Two result pages of a search form: POSTs to one URL that differ by body, each a row of its own."""
     copy = tmp_path / "state.sqlite"
@@ -201,10 +224,12 @@ def test_pages_that_moved_are_counted_among_the_gone_and_shown_with_their_new_ur
     dataset = copied.json()["dataset"]
     assert (dataset["gone"], dataset["moved"]) == (gone_before + 1, 1)
     text = copied.report().stdout
-    assert f"{gone_before + 1} gone (1 of them moved);" in text
+    assert f"{gone_before + 1} gone (1 of them moved);" in " ".join(text.split())
     wasteful = copied.json()["wasteful_pages"]
     assert [(p["url"], p["moved_to"]) for p in wasteful if p["moved_to"]] == [(page.url, page.moved_to)]
-    assert f"(moved to {page.moved_to})" in text
+    # The row of a URL that moved is the widest: it wraps to fit 100 columns (it ran to 115).
+    assert max(map(len, text.splitlines()[1:])) <= 100
+    assert f"(moved to {page.moved_to})" in " ".join(text.split())
 
 
 def test_pages_not_found_since_their_last_visit_are_live_but_stale(history: History, tmp_path: Path) -> None:
@@ -229,7 +254,7 @@ def test_pages_not_found_since_their_last_visit_are_live_but_stale(history: Hist
     assert dataset["freshness"] < before["freshness"]
     assert dataset["expected_stale_pages"] > before["expected_stale_pages"]
     assert f"{before['live']} live ({before['never_visited']} never visited, 2 not found since their last visit)" in (
-        copied.report().stdout)
+        " ".join(copied.report().stdout.split()))
 
 
 def test_filters_and_errors(history: History) -> None:

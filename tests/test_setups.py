@@ -123,6 +123,12 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     assert "costsched/unsent_at_close" not in first.stats  # no reservation was left behind
     assert crawls.page("/private/2")["not_before"] is not None
     assert crawls.page("/private/2")["refusals"] == 1  # planned at half its worth once it may go again
+    # The report says why a live page was never visited (a job board's trial: 55 such pages were only "never
+    # visited"), and its prose wraps within 100 columns, as its tables do (that line ran to 180).
+    report = crawls.report()
+    assert "(1 never visited, 1 of them refused before download or failed so far)" in " ".join(report.split())
+    assert max(map(len, report.splitlines()[1:])) <= 100  # below the title, which names the state's path
+    assert json.loads(crawls.report("--json"))["dataset"]["refused_or_failed"] == 1
     later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=1.5)  # same budget period
     assert "robotstxt/forbidden" not in later.stats  # not planned again while it waits
     # The report's outcomes add up to its visits; the refusal is no visit, and no failure either.
@@ -138,7 +144,9 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
         assert again.stats["robotstxt/forbidden"] == 1
     retired = crawls.page("/private/2")
     assert (retired["refusals"], retired["gone"]) == (3, True)
-    assert "1 gone (1 of them refused before download by robots.txt" in crawls.report()
+    report = crawls.report()
+    assert "1 gone (1 of them refused before download by robots.txt" in " ".join(report.split())
+    assert max(map(len, report.splitlines()[1:])) <= 100  # below the title, which names the state's path
     assert "refused before download 3 times in a row" in crawls.show("/private/2")
     later = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=10)
     assert "robotstxt/forbidden" not in later.stats
@@ -882,8 +890,13 @@ def test_a_change_of_billing_or_period_length_mid_period_keeps_what_the_period_s
     requests = json.loads(crawls.report("--json"))["periods"]
     assert [(p["seconds"], p["spent"], p["carried"]) for p in requests] == [(43_200, 0, 5), (86_400, 5, 0)]
     table = crawls.report(settings=bandwidth)
-    assert "2026-01-02 00:00" in table
-    assert "0 B (+40.00 kB carried)" in table
+    lines = table.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("2026-01-02"))
+    assert lines[row].startswith("2026-01-02 00:00") or lines[row + 1].startswith("00:00")  # its hour, wrapped or not
+    assert " 0 B " in lines[row]
+    assert "(+40.00 kB" in table  # below the spend, wrapped within 100 columns
+    assert "carried)" in table
+    assert max(map(len, lines[1:])) <= 100
 
 
 def test_a_budget_set_after_a_shadow_run_in_the_same_period_says_nothing_is_left_and_why(crawls: Crawls) -> None:
@@ -902,7 +915,7 @@ def test_a_budget_set_after_a_shadow_run_in_the_same_period_says_nothing_is_left
     # The report says the period's spend was the shadow run's, not an overspent budget.
     period = json.loads(crawls.report("--json"))["periods"][0]
     assert (period["budget"], period["spent"], period["shadow_spent"], period["shadow"]) == (3, spent, spent, False)
-    assert f"{spent:g} ({spent:g} in shadow runs)" in crawls.report()
+    assert f"({spent:g} in shadow runs)" in crawls.report()  # below the spend (the note wraps within 100 columns)
     crawls.report("--html", str(crawls.tmp / "report.html"))
     assert f"{spent:g} in shadow runs</span>" in (crawls.tmp / "report.html").read_text(encoding="utf-8")
     assert crawls.run("COSTSCHED_BUDGET=3", paths=paths, day=2.2).hits  # the next period's budget is whole
@@ -967,7 +980,9 @@ def test_the_report_tells_re_baselined_pages_from_new_ones(crawls: Crawls) -> No
     assert "2 re-baselined" in second.log
     periods = json.loads(crawls.report("--json"))["periods"]
     assert [(p["figures"]["new"], p["figures"]["rebaselined"]) for p in periods] == [(2, 0), (1, 2)]
-    assert "; 2 re-baselined (not new, not comparable with their last record" in crawls.report()
+    report = crawls.report()
+    assert "; 2 re-baselined (not new, not comparable with their last record" in " ".join(report.split())
+    assert max(map(len, report.splitlines()[1:])) <= 100  # below the title, which names the state's path
 
 
 def test_a_site_behind_a_login_gets_its_planned_pages_once_the_spider_has_logged_in(crawls: Crawls) -> None:

@@ -242,6 +242,10 @@ class Dataset:
     pages: int = 0
     live: int = 0
     never_visited: int = 0
+    refused_or_failed: int = 0
+    """Of the pages never visited, those whose attempts so far were refused before download (robots.txt, offsite
+    rules, a downloader middleware) or failed: they wait out a backoff, and are retired after three refusals in a
+    row (a spider that follows links robots.txt forbids leaves many)."""
     gone: int = 0
     moved: int = 0
     """Of the pages gone, those retired because they moved permanently to a page the crawl knows."""
@@ -447,6 +451,7 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
         dataset.live += 1
         if page.last_visit is None:
             dataset.never_visited += 1
+            dataset.refused_or_failed += bool(page.refusals or page.consecutive_failures)
             continue
         value = value_of(page)
         elapsed = max(now - page.last_visit, 0.0) / DAY

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
@@ -9,8 +11,16 @@ from tabulate import tabulate
 if TYPE_CHECKING:
     from scrapy_costsched.report import Dataset, Figures, PlannedPage, Rates, Report
 
+#: Columns the report fits in; its prose wraps there.
+WIDTH = 100
 #: Width at which a table's first column (a host, a page type) wraps, so that tables fit 100 columns.
 FIRST_COLUMN = 30
+#: The narrowest a table's first column gets when the table must give up width to fit (:func:`_fit`).
+FIRST_COLUMN_MIN = 12
+#: Spaces between two columns of a table.
+GAP = 2
+#: Where a cell may wrap before the others must: before a note in brackets.
+_NOTE = re.compile(r" (?=\()")
 #: URLs longer than this are shortened in the middle (``--json`` and ``--html`` have them whole).
 URL_WIDTH = 56
 #: The least a form's method and body keep of the URL column when both do not fit.
@@ -46,17 +56,58 @@ def _no_change(figures: Figures) -> str:
 
 
 def _table(title: str, caption: str, headers: list[str], rows: list[list[Any]]) -> str:
-    """A titled table; its first column (a host, a page type) wraps at :data:`FIRST_COLUMN` characters.
+    """A titled table within :data:`WIDTH` columns (:func:`_fit`); its first column (a host, a page type) wraps at
+    :data:`FIRST_COLUMN` characters.
 
     The header goes in as the first rows: tabulate pads a header row two characters wider than
     its column, which would cost a table of nine columns 18 of its 100.
     """
     if not rows:
         return f"{title}\n{caption}\n\n(nothing yet)\n"
-    widths: list[int | None] = [FIRST_COLUMN, *[None] * (len(headers) - 1)]
     rule = ["-" * len(header) for header in headers]
-    body = tabulate([headers, rule, *rows], tablefmt="plain", disable_numparse=True, maxcolwidths=widths)
+    cells, widths = _fit([[str(cell) for cell in row] for row in rows], headers)
+    body = tabulate([headers, rule, *cells], tablefmt="plain", disable_numparse=True, maxcolwidths=widths)
     return f"{title}\n{caption}\n\n{body}\n"
+
+
+def _fit(rows: list[list[str]], headers: list[str]) -> tuple[list[list[str]], list[int | None]]:
+    """*rows*, and the widths their columns wrap at (``None``: as wide as their widest cell), for a table that fits
+    :data:`WIDTH` (a host's long name beside a rate and its spread ran a table to 123 columns).
+
+    Room is taken in three rounds, each until the table fits: the notes in brackets of the widest columns after the
+    first go below their figures (a rate's spread below the rate, "(5 in shadow runs)" below what a period spent),
+    then the first column narrows down to :data:`FIRST_COLUMN_MIN`, then the widest others wrap, none below its
+    header.
+    """
+    columns = [[row[j] for row in rows] for j in range(len(headers))]
+    widths = [max(len(headers[j]), *map(len, column)) for j, column in enumerate(columns)]
+    natural = widths[0]
+    widths[0] = min(widths[0], FIRST_COLUMN)
+    excess = sum(widths) + GAP * (len(widths) - 1) - WIDTH
+    for j in sorted(range(1, len(widths)), key=lambda j: -widths[j]):
+        if excess <= 0:
+            break
+        split = [_NOTE.sub("\n", cell) for cell in columns[j]]
+        narrower = max(len(headers[j]), *(len(line) for cell in split for line in cell.splitlines()))
+        if narrower < widths[j]:
+            columns[j], excess, widths[j] = split, excess - (widths[j] - narrower), narrower
+    if excess > 0:
+        given = min(excess, max(widths[0] - FIRST_COLUMN_MIN, 0))
+        widths[0], excess = widths[0] - given, excess - given
+    wrap: list[int | None] = [widths[0] if widths[0] < natural else None, *[None] * (len(widths) - 1)]
+    while excess > 0:
+        room, j = max((widths[j] - len(headers[j]), j) for j in range(1, len(widths)))
+        if room <= 0:
+            break  # as narrow as its headers allow
+        widths[j] -= 1
+        wrap[j] = widths[j]
+        excess -= 1
+    return [list(row) for row in zip(*columns, strict=True)], wrap
+
+
+def _prose(text: str) -> str:
+    """*text* wrapped within :data:`WIDTH` columns, between words (a URL or a path longer than a line stays whole)."""
+    return textwrap.fill(text, width=WIDTH, break_long_words=False, break_on_hyphens=False)
 
 
 def _budget_reach(plan: list[PlannedPage]) -> str:
@@ -69,8 +120,8 @@ def render_terminal(report: Report) -> str:
     unit = report.unit
     sections = [
         f"costsched report for {report.state}\n"
-        f"{len(report.periods)} budget periods, costs in {unit}, at {report.generated_at}"
-        + (f"; hosts: {', '.join(report.host_filter)}" if report.host_filter else "") + "\n",
+        + _prose(f"{len(report.periods)} budget periods, costs in {unit}, at {report.generated_at}"
+                 + (f"; hosts: {', '.join(report.host_filter)}" if report.host_filter else "")) + "\n",
         _table(
             "Budget periods",
             "no-change: fetches that found the page as it was (their share of compared fetches, their cost)",
@@ -82,10 +133,11 @@ def render_terminal(report: Report) -> str:
               p.figures.visits, p.figures.new, p.figures.changed, amount(p.figures.cost_per_change, unit),
               _no_change(p.figures), amount(p.figures.no_change_cost, unit), p.figures.not_modified]
              for p in report.periods],
-        ) + "visits by reason: " + (", ".join(f"{reason} {count}" for reason, count in report.totals.by_reason.items())
-                                    or "none yet")
-        + (f"; {report.totals.rebaselined} re-baselined (not new, not comparable with their last record: the hash "
-           "configuration changed, or a redirect began or ended)" if report.totals.rebaselined else "") + "\n",
+        ) + _prose("visits by reason: " + (", ".join(f"{reason} {count}" for reason, count
+                                                     in report.totals.by_reason.items()) or "none yet")
+                   + (f"; {report.totals.rebaselined} re-baselined (not new, not comparable with their last record: the "
+                      "hash configuration changed, or a redirect began or ended)" if report.totals.rebaselined else ""))
+        + "\n",
         _table(
             "Hosts",
             "over the periods above; 304s: share of answers; rate: changes a day, median (10th-90th pct.)",
@@ -147,15 +199,16 @@ def render_terminal(report: Report) -> str:
 
 def _dataset(report: Report) -> str:
     data = report.dataset
-    return (
-        "The dataset now\n"
-        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited"
+    waiting = f", {data.refused_or_failed} of them refused before download or failed so far" \
+        if data.refused_or_failed else ""
+    text = (
+        f"{data.pages} known pages: {data.live} live ({data.never_visited} never visited{waiting}"
         f"{f', {data.missing} not found since their last visit' if data.missing else ''}), {data.gone} gone"
-        f"{_gone_causes(data)}; "
-        f"estimated freshness {share(data.freshness)} (value-weighted);\n"
+        f"{_gone_causes(data)}; estimated freshness {share(data.freshness)} (value-weighted); "
         f"since their last visits, {data.expected_stale_pages:.1f} pages are expected to have changed, "
-        f"{data.expected_missed_changes:.1f} times in all\n"
+        f"{data.expected_missed_changes:.1f} times in all"
     )
+    return f"The dataset now\n{_prose(text)}\n"
 
 
 def _gone_causes(data: Dataset) -> str:
