@@ -202,7 +202,13 @@ class PageState:
         return [last_seen, rate, self.value, self.gone_strikes + self.empty_strikes + self.refusals,
                 self.template is not None, self.group,
                 cost, low, high, self.not_before, self.links.to_json() if self.links is not None else None,
-                self.own_full_bytes, self.redirected]
+                self.own_full_bytes, self.redirected, self.depth]
+
+    @property
+    def depth(self) -> int | None:
+        """How many links from a start request the spider found the page (its stored request's ``depth``)."""
+        depth = self.template["meta"].get("depth") if self.template else None
+        return depth if type(depth) is int else None
 
     @property
     def own_full_bytes(self) -> float | None:
@@ -281,8 +287,9 @@ class Summary(NamedTuple):
     *rate_low* and *rate_high* bound the estimate's 90% interval; *links* is
     :meth:`NewLinkStats.to_json` of a page that links out; *full_bytes* the
     page's own mean full fetch; *redirected* whether its last answer came
-    through a redirect. Rows written by an older version are shorter; the
-    missing fields take their defaults.
+    through a redirect; *depth* the ``depth`` of its stored request, which
+    ``DEPTH_LIMIT`` applies to when it is re-issued. Rows written by an older
+    version are shorter; the missing fields take their defaults.
     """
 
     last_seen: float | None
@@ -298,6 +305,7 @@ class Summary(NamedTuple):
     links: list[float] | None = None
     full_bytes: float | None = None
     redirected: bool = False
+    depth: int | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Summary:

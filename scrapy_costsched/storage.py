@@ -37,7 +37,7 @@ TABLE = "costsched"
 PLAN_TABLE = "costsched_plan"
 #: Summary items that get a column each. A column added later is added to an older table when a crawl opens
 #: it (older versions read the columns they know), and a reader takes the columns a table has.
-PLAN_COLUMNS = 13
+PLAN_COLUMNS = 14
 _PLAN_FIELDS = ("key", "n", "json", *(f"c{i}" for i in range(PLAN_COLUMNS)))
 #: Rows fetched at a time when iterating over pages or summaries.
 READ_CHUNK = 4096

@@ -808,6 +808,7 @@ class Tracker:
         depth_limit = self.crawler.settings.getint("DEPTH_LIMIT")
         if depth_limit and request.meta.get("depth", 0) > depth_limit:
             self.stats.inc_value("costsched/skipped/depth_limit")
+            self.pages.changed(key, page)  # its summary, if older than the depth it now holds, leaves it out of plans
             return None
         if self.sessions.shapes and request in self.sessions:
             # Recorded before the spider marked such requests session steps: not a page, so not replayed (it
@@ -886,7 +887,9 @@ class Tracker:
         ``Disallow`` is the site's standing word: found on a shop trial, a spider that
         followed cart links filled most of a plan with them as their backoffs ran out).
         Pages without a stored template (their callback is not a spider method) are
-        noted in :attr:`yield_only`: only the spider can yield them.
+        noted in :attr:`yield_only`: only the spider can yield them. Pages found deeper
+        than ``DEPTH_LIMIT`` are left out: re-issued, they would be dropped (a lowered
+        limit had them fill plans that leftover rounds then made up for).
         """
         result: list[Candidate] = []
         append = result.append
@@ -896,10 +899,15 @@ class Tracker:
         costs: dict[str, _GroupCosts] = {}
         new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
+        depth_limit = self.crawler.settings.getint("DEPTH_LIMIT") or math.inf
+        too_deep = 0
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
-             full_bytes, redirected) = row
+             full_bytes, redirected, depth) = row
             if not_before is not None and not_before > now:
+                continue
+            if depth is not None and depth > depth_limit:
+                too_deep += 1
                 continue
             if not has_template:
                 self.yield_only.add(key)
@@ -936,6 +944,8 @@ class Tracker:
                 hub = self._hub(Summary._make(row), new_page_costs[group])
             append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_seen is not None else None,
                              rate_low, rate_high, hub))
+        if too_deep:
+            self.stats.inc_value("costsched/plan/depth_limit", too_deep)
         return result
 
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:

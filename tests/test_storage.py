@@ -94,9 +94,9 @@ def test_a_version_1_state_is_upgraded_with_its_summaries(tmp_path: Path) -> Non
 
 
 def test_a_plan_table_of_fewer_columns_is_read_and_widened_by_a_crawl(tmp_path: Path) -> None:
-    """Summaries gained a column (whether the page's last answer came through a redirect): a table written before
-    has 12 (c0..c11). A reading command takes the columns it has; a crawl adds the new one and writes rows that
-    use it."""
+    """Summaries gained columns (whether the page's last answer came through a redirect, then the depth the spider
+    found the page at): a table written before has 12 (c0..c11). A reading command takes the columns it has; a crawl
+    adds the new ones and writes rows that use them."""
     path = tmp_path / "s.sqlite"
     old_row = [1.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5]
     store = SqliteDictStorage(path)
@@ -104,7 +104,8 @@ def test_a_plan_table_of_fewer_columns_is_read_and_widened_by_a_crawl(tmp_path: 
     store.put_page("ab", {"n": 1}, old_row)
     store.close()
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE costsched_plan DROP COLUMN c12")  # as an older version created it
+    for column in ("c12", "c13"):
+        conn.execute(f"ALTER TABLE costsched_plan DROP COLUMN {column}")  # as an older version created it
     conn.commit()
     conn.close()
     reader = SqliteDictStorage(path, read_only=True)
@@ -113,12 +114,12 @@ def test_a_plan_table_of_fewer_columns_is_read_and_widened_by_a_crawl(tmp_path: 
     reader.close()
     store = SqliteDictStorage(path)
     store.open()
-    new_row = [2.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5, True]
+    new_row = [2.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5, True, 2]
     store.put_page("cd", {"n": 2}, new_row)
     assert summaries(store) == [("ab", old_row), ("cd", new_row)]
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT n, json, c12 FROM costsched_plan WHERE key = 'cd'").fetchone() == (13, None, 1)
+    assert conn.execute("SELECT n, json, c12, c13 FROM costsched_plan WHERE key = 'cd'").fetchone() == (14, None, 1, 2)
     conn.close()
 
 
