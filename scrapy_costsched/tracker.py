@@ -242,6 +242,9 @@ class Tracker:
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self._valued: set[str] = set()  # pages the spider gave a value in this run (costsched_value or its hook)
         self.yield_only: set[str] = set()
+        #: Known pages the plan left out as found deeper than ``DEPTH_LIMIT`` (:meth:`candidates`).
+        self.too_deep: set[str] = set()
+        self.depth_limit = crawler.settings.getint("DEPTH_LIMIT") or math.inf
         self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
         self._side_by_side = False  # whether another crawl of this process had its state open with this one's
         self._obey_robots = crawler.settings.getbool("ROBOTSTXT_OBEY")
@@ -744,11 +747,14 @@ class Tracker:
         Its value would stay (:meth:`_take_value`), and its type, its cost override and whether it
         has a template, so a known page outside the plan can be skipped without reading it (which
         costs more than the rest of a crawl's work for the page). Its stored template is then
-        not rebuilt: it is refreshed when the spider yields the page in a run that plans it.
+        not rebuilt: it is refreshed when the spider yields the page in a run that plans it, or within
+        ``DEPTH_LIMIT`` after a plan left it out as found deeper (else no plan would take it again).
         """
         profile = self.pages.profile(key)
         if profile is None or not profile.has_template:
             return False
+        if key in self.too_deep and request.meta.get("depth", 0) <= self.depth_limit:
+            return False  # found within DEPTH_LIMIT now: its template takes that depth, and the next plan the page
         meta_type = request.meta.get("costsched_page_type")
         if meta_type is not None and meta_type != profile.group.partition("|")[2]:  # no "|" in a host name
             return False
@@ -805,8 +811,7 @@ class Tracker:
                 "(pages skipped for this reason or another are counted in costsched/template/broken)", page.url, exc)
             self.stats.inc_value("costsched/template/broken")
             return None
-        depth_limit = self.crawler.settings.getint("DEPTH_LIMIT")
-        if depth_limit and request.meta.get("depth", 0) > depth_limit:
+        if request.meta.get("depth", 0) > self.depth_limit:
             self.stats.inc_value("costsched/skipped/depth_limit")
             self.pages.changed(key, page)  # its summary, if older than the depth it now holds, leaves it out of plans
             return None
@@ -899,14 +904,14 @@ class Tracker:
         costs: dict[str, _GroupCosts] = {}
         new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
-        depth_limit = self.crawler.settings.getint("DEPTH_LIMIT") or math.inf
         too_deep = 0
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
              full_bytes, redirected, depth) = row
             if not_before is not None and not_before > now:
                 continue
-            if depth is not None and depth > depth_limit:
+            if depth is not None and depth > self.depth_limit:
+                self.too_deep.add(key)
                 too_deep += 1
                 continue
             if not has_template:

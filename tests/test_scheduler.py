@@ -190,7 +190,7 @@ class HeadSpider(Spider):
 
 def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[str, str, float, float]],
                       meta: dict[str, Any] | None = None, hubs: dict[str, NewLinkStats] | None = None,
-                      **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
+                      depth: int | None = None, **settings: Any) -> tuple[Crawler, CostAwareScheduler]:
     """A scheduler over a state that knows *pages* (URL, value tier, change rate, days since the last
     visit), the new links of the *hubs* among them, and holds *meta* rows, opened and planned without an
     engine (the wrapped scheduler a :class:`ListScheduler`)."""
@@ -203,7 +203,8 @@ def planned_scheduler(state: Path, budget: float | str, pages: Iterable[tuple[st
     for url, value, rate, days in pages:
         page = PageState(url=url, host=urlparse(url).hostname or "", page_type="p", value=value,
                          first_seen=fake_now() - 90 * DAY,
-                         template=make_template(Request(url, callback=spider.parse), spider),
+                         template=make_template(Request(url, callback=spider.parse,
+                                                        meta={} if depth is None else {"depth": depth}), spider),
                          last_visit=fake_now() - days * DAY, estimate=RateEstimate(rate, rate / 3, rate * 3),
                          links=(hubs or {}).get(url))
         store.put_page(crawler.request_fingerprinter.fingerprint(Request(url)).hex(), page.to_json(), page.summary())
@@ -453,6 +454,26 @@ def test_under_byte_billing_robots_txt_is_planned_at_what_it_was_measured_to_cos
         assert scheduler._discovery_allowance == 20_000 - robots - 2000 * scheduler._plan_end >= 2000
     for scheduler in (first, later):
         scheduler.close("finished")
+
+
+def test_a_page_left_out_as_too_deep_is_planned_again_once_found_within_depth_limit(tmp_path: Path) -> None:
+    """A page found two links deep is left out of plans under ``DEPTH_LIMIT = 1``; yielded one link deep (a front
+    page that now links it), it is read and its template takes the new depth, else no plan would take it again."""
+    pages = [(f"http://127.0.0.1:9/p/{i}", "normal", 0.5, 1.0) for i in range(3)]
+    crawler, scheduler = planned_scheduler(tmp_path / "state.sqlite", 3, pages, depth=2, DEPTH_LIMIT=1)
+    tracker = scheduler.tracker
+    assert scheduler._plan_end == 0
+    assert crawler.stats.get_value("costsched/plan/depth_limit") == 3
+    key = crawler.request_fingerprinter.fingerprint(Request(pages[0][0])).hex()
+    assert key in tracker.too_deep
+    spider = crawler.spider
+    assert isinstance(spider, HeadSpider)
+    assert tracker.sighting_changes_nothing(Request(pages[0][0], callback=spider.parse, meta={"depth": 2}), key)
+    found = Request(pages[0][0], callback=spider.parse, meta={"depth": 1})
+    assert not tracker.sighting_changes_nothing(found, key)
+    assert not scheduler.enqueue_request(found)  # not in this run's plan
+    assert [c.key for c in tracker.candidates(fake_now())] == [key]  # in the next one's
+    scheduler.close("finished")
 
 
 def first_of_four(tmp_path: Path) -> tuple[CostAwareScheduler, str, PageState]:
