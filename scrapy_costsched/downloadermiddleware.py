@@ -110,7 +110,7 @@ class ConditionalRequestMiddleware:
         self._check_robots(request)
         blocked = self.tracker.health.blocked_for(request)
         if blocked > self.tracker.config.block_wait:
-            raise HostPaused(f"{request.url}: its host asked for a pause of {blocked:.0f} s more")
+            raise HostPaused(f"{request.url}: its host is paused for {blocked:.0f} s more")
         if blocked > 0:  # a request that reaches a slot nobody held, e.g. one created since the pause began
             self.tracker.health.hold_slot(request, blocked)
         refusal = self.tracker.admit_media(request)

@@ -16,8 +16,9 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.model.capacity import host_capacity
-from scrapy_costsched.model.health import outcome_of, visit_cost
+from scrapy_costsched.model.health import OK, OUTAGE_PAGES, outage_pause, outcome_of, visit_cost
 from scrapy_costsched.slots import SlotHolds
+from scrapy_costsched.visits import PAGE_META
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +49,7 @@ class Health:
         self.slots = SlotHolds(crawler)
         self._started: dict[int, float] = {}  # id(request) -> when a download handler took it (monotonic)
         self._priced_failures: dict[str, float] = {}  # host -> failed attempts a success was first priced with
+        self._failing: dict[str, set[str]] = {}  # host -> URLs that failed since its last answer
 
     def _today(self) -> float:
         return self.clock() / DAY
@@ -72,7 +74,32 @@ class Health:
         # The server's latency as the download handler measured it (request sent to headers back), not
         # the time since the slot took the request, which includes its DOWNLOAD_DELAY queue.
         latency = request.meta.get("download_latency") if status is not None else None
-        self.hosts.attempt(host, outcome, self._today(), billed, latency if isinstance(latency, (int, float)) else None)
+        page = PAGE_META in request.meta  # not robots.txt, which a site in maintenance may still serve
+        self.hosts.attempt(host, outcome, self._today(), billed, latency if isinstance(latency, (int, float)) else None,
+                           page)
+        if not page:
+            return
+        if outcome == OK:
+            self._failing.pop(host, None)
+        elif self.config.health and not self.config.shadow:  # shadow mode sends what plain Scrapy sends
+            self._failed(request, host, f"HTTP {status}" if status is not None else f"a {outcome} failure")
+
+    def _failed(self, request: Request, host: str, how: str) -> None:
+        """*request*'s attempt at *host* failed (*how*): a host whose distinct pages keep failing with no answer
+        between is taken for down and paused (:func:`~.model.health.outage_pause`), its visits kept for a later
+        run rather than spent on it. After an outage one failing page is enough (the probe of a circuit breaker)."""
+        failing = self._failing.setdefault(host, set())
+        failing.add(request.url)
+        health = self.hosts.health_of(host)
+        if len(failing) < (1 if health.outages else OUTAGE_PAGES) or self.pause_left(host) > 0:
+            return
+        failing.clear()
+        seconds = outage_pause(health.outages + 1, self.config.max_retry_after)
+        if self.hosts.block(host, time.time() + seconds, outage=True):
+            logger.info("costsched: %s failed %s with no answer between (the last: %s): taken for down, nothing "
+                        "goes to it for %.0f s", host, "again" if health.outages > 1 else f"{OUTAGE_PAGES} pages in a row",
+                        how, seconds)
+        self.hold_slot(request, self.hosts.blocked_for(host, time.time()))
 
     # -- prices ------------------------------------------------------------
 
@@ -126,6 +153,13 @@ class Health:
             pause = self.pause_left(host)
             run_seconds = 0.0 if pause > self.config.block_wait else run_seconds - pause
         return host_capacity(run_seconds, concurrency, delay, health.latency if health is not None else None)
+
+    def pause_reason(self, host: str) -> str:
+        """Why *host* is paused, to follow its name: it asked (Retry-After), or it is taken for down."""
+        health = self.hosts.health.get(host)
+        if health is not None and health.outage:
+            return "is taken for down (its pages failed in a row) for a pause"
+        return "asked for a pause (Retry-After)"
 
     def pause_left(self, host: str) -> float:
         """Seconds of *host*'s Retry-After pause still to run (0 with health off). A pause is the server's

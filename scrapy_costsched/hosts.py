@@ -222,19 +222,22 @@ class HostBook:
             health = self.health[host] = HostHealth()
         return health
 
-    def attempt(self, host: str, outcome: str, today: float, size: float, latency: float | None) -> None:
-        """One attempt at *host* came to *outcome* (:data:`~.model.health.OUTCOMES`)."""
+    def attempt(self, host: str, outcome: str, today: float, size: float, latency: float | None,
+                page: bool = True) -> None:
+        """One attempt at *host* came to *outcome* (:data:`~.model.health.OUTCOMES`); *page*: a page's, not
+        robots.txt's."""
         self._touched.add(host)
-        self.health_of(host).observe(outcome, today, size, latency)
+        self.health_of(host).observe(outcome, today, size, latency, page)
         if outcome != "ok":
             self.stats.inc_value(f"costsched/hosts/{host}/failures/{outcome}")
 
-    def block(self, host: str, until: float) -> bool:
-        """*host* asked for no request before epoch second *until*; ``True`` if that is a new or longer block."""
+    def block(self, host: str, until: float, outage: bool = False) -> bool:
+        """*host* asked for no request before epoch second *until* (with *outage*, failed so that it is taken
+        for down); ``True`` if that is a new or longer block."""
         self._touched.add(host)
-        if not self.health_of(host).block(until):
+        if not self.health_of(host).block(until, outage):
             return False
-        self.stats.inc_value(f"costsched/hosts/{host}/retry_after")
+        self.stats.inc_value(f"costsched/hosts/{host}/{'outages' if outage else 'retry_after'}")
         return True
 
     def add_robots_bytes(self, host: str, size: float) -> None:

@@ -340,9 +340,9 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.set_value(f"costsched/hosts/{host}/over_capacity", count)
             pause = self.tracker.health.pause_left(host)
             if pause > self.config.block_wait:
-                logger.info("%s: %d visits of %s left out of the plan: it asked for a pause (Retry-After) that "
-                            "ends in %.0f s, later than this run waits (COSTSCHED_BLOCK_WAIT = %g s); a later run "
-                            "plans them", self.tracker.who, count, host, pause, self.config.block_wait)
+                logger.info("%s: %d visits of %s left out of the plan: it %s that ends in %.0f s, later than this "
+                            "run waits (COSTSCHED_BLOCK_WAIT = %g s); a later run plans them", self.tracker.who, count,
+                            host, self.tracker.health.pause_reason(host), pause, self.config.block_wait)
             else:
                 logger.info("%s: %d visits of %s left out of the plan: its download slot can make %d in this run "
                             "(its concurrency and delay over CLOSESPIDER_TIMEOUT or the budget period)",
@@ -574,7 +574,8 @@ class CostAwareScheduler(BaseScheduler):
                 why = (f"its last attempt {how} ({in_a_row} in a row), so it waits for the budget period that "
                        f"begins {begins} (each failure in a row doubles the wait)")
             elif page is not None and (pause := self.tracker.health.pause_left(page.host)) > 0:
-                why = f"its host asked for a pause (Retry-After) that ends in {pause:.0f} s, later than this run waits"
+                why = (f"its host {self.tracker.health.pause_reason(page.host)} that ends in {pause:.0f} s, later than "
+                       "this run waits")
             elif spent_before:
                 why = "nothing was left of the period's budget when the run started"
             elif key in self._new_urls:

@@ -33,7 +33,8 @@ __all__ = ["HostPaused", "SlotHolds"]
 
 
 class HostPaused(IgnoreRequest):
-    """Not sent in this run: its host asked for a pause longer than the run waits (Retry-After)."""
+    """Not sent in this run: its host is paused longer than the run waits (it asked with Retry-After, or it is taken
+    for down)."""
 
 
 class SlotHolds:
@@ -58,7 +59,7 @@ class SlotHolds:
         if release_queued:
             while slot.queue:
                 queued, waiting = slot.queue.popleft()
-                waiting.errback(HostPaused(f"{queued.url}: its host asked for a pause of {seconds:.0f} s"))
+                waiting.errback(HostPaused(f"{queued.url}: its host is paused for {seconds:.0f} s"))
         until = time.time() + seconds
         held = self._held.get(key)
         if held is not None and held[0] is slot and held[1] >= until - 0.5:

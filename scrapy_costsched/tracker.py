@@ -1130,9 +1130,10 @@ class Tracker:
         host = urlparse_cached(request).hostname or ""
         if host not in self._paused_hosts:
             self._paused_hosts.add(host)
-            logger.info("costsched: %s asked for a pause of %.0f s more than this run waits (COSTSCHED_BLOCK_WAIT = "
-                        "%g s): its visits are not sent in this run and are planned again in a later one",
-                        host, self.health.blocked_for(request) - self.config.block_wait, self.config.block_wait)
+            logger.info("costsched: %s %s of %.0f s more than this run waits (COSTSCHED_BLOCK_WAIT = %g s): its "
+                        "visits are not sent in this run and are planned again in a later one", host,
+                        self.health.pause_reason(host), self.health.blocked_for(request) - self.config.block_wait,
+                        self.config.block_wait)
 
     def _request_left_downloader(self, request: Request, spider: Spider) -> None:
         if self.store is None:

@@ -192,7 +192,8 @@ class ForwardProxy(_LoopbackServer):
 class ThrottlingSite(_LoopbackServer):
     """``/p/N`` pages on *address*; with *quota*, after that many page requests the host answers 429 with a
     ``Retry-After`` of *retry_after* seconds (an HTTP-date with *as_date*) to every page request until the
-    pause is over, then serves *quota* more; *failing* answers 503 to every page. ``/robots.txt`` is always
+    pause is over, then serves *quota* more; *failing* answers 503 to every page (but every *answer_every*-th
+    page request, when that is set). ``/robots.txt`` is always
     served. *log* keeps each page
     request as (arrival time, path, status, whether it arrived inside a pause the host had announced)."""
 
@@ -203,6 +204,7 @@ class ThrottlingSite(_LoopbackServer):
         self.as_date = as_date
         self.announce: str | None = None  # a Retry-After to send instead of the true pause
         self.failing = False  # 503 (no Retry-After) to every page request
+        self.answer_every: int | None = None  # while failing, every answer_every-th page request is answered
         self.version = 0
         self.log: list[tuple[float, str, int, bool]] = []
         self._served = 0
@@ -224,7 +226,8 @@ class ThrottlingSite(_LoopbackServer):
                     site._served += not throttled
                     site.log.append((now, self.path, 429 if throttled else 200, inside))
                     pause_end = site._paused_until
-                if site.failing:
+                    answered = site.answer_every is not None and len(site.log) % site.answer_every == 0
+                if site.failing and not answered:
                     self._send(503, b"down", {})
                     return
                 if throttled:

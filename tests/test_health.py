@@ -367,7 +367,9 @@ def test_a_host_that_falls_sick_sinks_within_the_run_and_its_budget_goes_to_the_
     try:
         crawl_pages(tmp_path, [sick, well], "COSTSCHED_CLOCK=tests.helpers.fake_now")  # shadow mode: learns every page
         seeded = (tmp_path / "state.sqlite").read_bytes()
-        sick.failing = True  # 503 to every page from now on
+        # 503 to two page requests of three from now on: sick, not down (a host that is down is paused: see
+        # test_a_host_that_is_down_is_paused_after_three_pages_and_probed_with_one_page_after).
+        sick.failing, sick.answer_every = True, 3
         for health in (True, False):
             (tmp_path / "state.sqlite").write_bytes(seeded)
             sick.log.clear()
@@ -376,7 +378,8 @@ def test_a_host_that_falls_sick_sinks_within_the_run_and_its_budget_goes_to_the_
                                 "COSTSCHED_CLOCK=tests.helpers.fake_tomorrow", POLITE, gives_up=True)
             fetched[health] = len(well.log), len(sick.log)
             if health:
-                assert stats["costsched/hosts/127.0.0.8/health"] < 0.5
+                assert stats["costsched/hosts/127.0.0.8/health"] < 0.6  # a third of its attempts answered
+                assert "costsched/hosts/127.0.0.8/outages" not in stats
     finally:
         sick.close()
         well.close()
@@ -416,3 +419,53 @@ def test_a_visit_whose_retry_the_budget_refuses_is_a_failed_visit_and_backs_off(
     backing_off = [page for page in pages if page["not_before"] is not None]
     assert len(backing_off) == stats["costsched/visits"]
     assert all(page["not_before"] > FAKE_START + DAY_SECONDS for page in backing_off)  # the crawl's fake_tomorrow
+
+
+def test_a_host_that_is_down_is_paused_after_three_pages_and_probed_with_one_page_after(tmp_path: Path) -> None:
+    """Found on a trial with a JSON API in maintenance: a crawl of one host answering 503 to everything spent
+    the day's budget in retries (20 answers of 503 for 25 requests), as raising its price left nothing cheaper
+    to send. Pauses are capped at a second here (COSTSCHED_MAX_RETRY_AFTER), so the test can outwait them."""
+    down = ThrottlingSite("127.0.0.13")
+    short = ("COSTSCHED_BUDGET=40", "COSTSCHED_CLOCK=tests.helpers.fake_tomorrow", "COSTSCHED_MAX_RETRY_AFTER=1s",
+             "COSTSCHED_BLOCK_WAIT=0.5s", POLITE)
+    try:
+        crawl_pages(tmp_path, [down], "COSTSCHED_CLOCK=tests.helpers.fake_now")  # shadow mode: learns every page
+        down.failing = True
+        down.log.clear()
+        first = crawl_pages(tmp_path, [down], *short, gives_up=True)
+        first_paths = {path for _, path, *_ in down.log}
+        first_sent = len(down.log)
+        time.sleep(1.2)  # the pause is over: the next run probes
+        down.log.clear()
+        probe = crawl_pages(tmp_path, [down], *short, gives_up=True)
+        probe_paths = {path for _, path, *_ in down.log}
+        time.sleep(1.2)
+        down.failing = False
+        down.log.clear()
+        back = crawl_pages(tmp_path, [down], *short)
+        back_sent = len(down.log)
+        # Shadow mode sends what plain Scrapy sends, down or not.
+        down.failing = True
+        down.log.clear()
+        (tmp_path / "shadow").mkdir()
+        shadow = crawl_pages(tmp_path / "shadow", [down], *short[2:], gives_up=True)
+    finally:
+        down.close()
+    # Three pages failed with no answer between: the host was taken for down and its other visits released,
+    # unsent and unpaid (a page's own retries are one page).
+    assert len(first_paths) == 3, sorted(first_paths)
+    assert first["costsched/hosts/127.0.0.13/outages"] == 1
+    assert "127.0.0.13 failed 3 pages in a row with no answer between (the last: HTTP 503): taken for down" \
+        in first["_log"]
+    assert first["costsched/retry_after/released"] >= PAGES - 3 - 1  # one may be in the downloader
+    assert first["costsched/period_spent"] == first_sent + 1  # and robots.txt; the budget was 40
+    # The next run sends one page, whose failure pauses the host again at once.
+    assert len(probe_paths) == 1, sorted(probe_paths)
+    assert probe["costsched/hosts/127.0.0.13/outages"] == 1
+    assert "127.0.0.13 failed again" in probe["_log"]
+    # Back up, it is crawled, and its first answer ends the streak (the next outage takes three pages again).
+    assert back_sent >= PAGES - 3 - 1
+    assert "costsched/hosts/127.0.0.13/outages" not in back
+    assert read_state(tmp_path / "state.sqlite")["meta"]["host:127.0.0.13"]["health"]["outages"] == 0
+    assert "costsched/hosts/127.0.0.13/outages" not in shadow
+    assert {path for _, path, *_ in down.log} == {f"/p/{number}" for number in range(PAGES)}

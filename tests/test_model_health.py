@@ -7,8 +7,10 @@ import pytest
 from scrapy_costsched.model.health import (
     ATTEMPT_MEMORY,
     MAX_FAILURES_PER_SUCCESS,
+    OUTAGE_PAUSE,
     RECOVERY_HALF_LIFE,
     HostHealth,
+    outage_pause,
     outcome_of,
     visit_cost,
 )
@@ -77,14 +79,34 @@ def test_blocks_only_grow_and_count_once_each() -> None:
     assert health.blocked_for(130.0) == 0.0
 
 
+def test_outages_in_a_row_double_the_pause_until_the_host_answers() -> None:
+    health = HostHealth()
+    assert health.block(100.0, outage=True)
+    assert health.block(200.0, outage=True)
+    assert (health.outages, health.outage) == (2, True)
+    assert outage_pause(health.outages + 1, 3600.0) == 4 * OUTAGE_PAUSE
+    assert outage_pause(40, 3600.0) == 3600.0
+    health.observe("unavailable", 0.0)
+    assert health.outages == 2  # a failure does not end the streak
+    health.observe("ok", 0.0, page=False)
+    assert health.outages == 2  # nor does robots.txt, often served while the pages are not
+    health.observe("ok", 0.0)
+    assert health.outages == 0
+    assert health.block(300.0)  # then a Retry-After: a pause the host asked for
+    assert (health.outages, health.outage) == (0, False)
+
+
 def test_state_round_trips_and_refuses_garbage() -> None:
     health = HostHealth()
     health.observe("timeout", 1.0, size=300.0, latency=30.0)
-    health.block(5.0)
+    health.block(5.0, outage=True)
     assert HostHealth.from_json(health.to_json()) == health
+    old = health.to_json()
+    del old["outages"], old["outage"]  # a state written before outages were kept
+    assert HostHealth.from_json(old).outages == 0
     bad: object
     for bad in ([], {"attempts": "x"}, {"attempts": 1.0, "successes": 2.0}, {"failures": {"weird": 1}},
-                {"nope": 1}):
+                {"nope": 1}, {"outages": -1}, {"outage": "yes"}):
         with pytest.raises(ValueError, match="malformed host health"):
             HostHealth.from_json(bad)
     with pytest.raises(ValueError, match="unknown attempt outcome"):

@@ -250,6 +250,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
                   for name, mean in (("full", page.full_bytes), ("not_modified", page.not_modified_bytes))},
         "not_before": _moment(page.not_before, now),
         "host_paused_until": _moment(real_now + pause, real_now) if pause > 0 else None,
+        "host_paused_because": tracker.health.pause_reason(page.host) if pause > 0 else None,
         "template": None if template is None else {
             name: template.get(name) for name in ("method", "callback", "errback", "meta", "cb_kwargs", "body")},
     }
@@ -352,7 +353,7 @@ def render(page: dict[str, Any]) -> str:
         ("not before", _when(page["not_before"], "none")),
     ]
     if page["host_paused_until"] is not None:
-        paused = f"until {_when(page['host_paused_until'])}: it asked for a pause (Retry-After), and no run sends it "
+        paused = f"until {_when(page['host_paused_until'])}: it {page['host_paused_because']}, and no run sends it "
         lines.append(("host paused", paused + "anything before then"))
     lines.append(("template", template_text))
     width = max(len(name) for name, _ in lines)

@@ -16,7 +16,12 @@ made (half of it a :data:`RECOVERY_HALF_LIFE` days), so a host written off gets
 tried again and recovers as it does. A prior of one success keeps a new host healthy.
 
 Retry-After blocks are kept here too, in real epoch seconds (the server's clock
-runs in real time even when the crawl's ``COSTSCHED_CLOCK`` is simulated).
+runs in real time even when the crawl's ``COSTSCHED_CLOCK`` is simulated), and so
+are the pauses a host that is down earns without asking (:func:`outage_pause`):
+raising a price does not keep a crawl of one host off it, as there is nothing
+cheaper to send instead, so a site in maintenance answering 503 took a whole day's
+budget in retries. Nutch drops a host's fetch queue after
+``fetcher.max.exceptions.per.queue`` failures for the same reason.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ATTEMPT_MEMORY", "MAX_FAILURES_PER_SUCCESS", "OK", "OUTCOMES", "RECOVERY_HALF_LIFE", "HostHealth",
-           "outcome_of", "visit_cost"]
+__all__ = ["ATTEMPT_MEMORY", "MAX_FAILURES_PER_SUCCESS", "OK", "OUTAGE_PAGES", "OUTAGE_PAUSE", "OUTCOMES",
+           "RECOVERY_HALF_LIFE", "HostHealth", "outage_pause", "outcome_of", "visit_cost"]
 
 OK = "ok"
 #: What an attempt can come to: an answer, or one of the failures health counts.
@@ -41,6 +46,11 @@ PRIOR_SUCCESSES = 1.0
 MAX_FAILURES_PER_SUCCESS = 50.0
 #: Weight of a new latency or failed-attempt size in its moving mean.
 MEAN_WEIGHT = 0.2
+#: Distinct pages of a host that fail in a row, with no answer between, before the host is taken for down
+#: (one page failing again and again is the page's business: its retries count once).
+OUTAGE_PAGES = 3
+#: Seconds a host taken for down first gets no request; each outage in a row doubles it.
+OUTAGE_PAUSE = 600.0
 
 
 def outcome_of(status: int | None, exception: str | None = None) -> str:
@@ -63,6 +73,16 @@ def outcome_of(status: int | None, exception: str | None = None) -> str:
     return "timeout" if "timeout" in name or "timedout" in name else "connection"
 
 
+def outage_pause(outages: int, longest: float) -> float:
+    """Seconds of the pause a host taken for down for the *outages*-th time in a row gets: doubled each time
+    (a circuit breaker's backoff: a host down for a day is probed ever more rarely), at most *longest*.
+
+    >>> outage_pause(1, 3600.0), outage_pause(2, 3600.0), outage_pause(5, 3600.0)
+    (600.0, 1200.0, 3600.0)
+    """
+    return min(OUTAGE_PAUSE * 2.0 ** min(max(outages - 1, 0), 30), longest)
+
+
 def visit_cost(success_cost: float, failure_cost: float, expected_failures: float) -> float:
     """What a successful visit costs: its own attempt and the failed ones expected before it.
 
@@ -77,7 +97,9 @@ class HostHealth:
     """One host's recent attempts, failures by kind, latency, and the Retry-After block it asked for.
 
     *attempts* and *successes* are decayed counts as of day *updated* (the crawl's clock);
-    *failures* counts every failure ever, by outcome; *blocked_until* is epoch seconds.
+    *failures* counts every failure ever, by outcome; *blocked_until* is epoch seconds; *outages*
+    counts the pauses the host earned by failing (:func:`outage_pause`) since its last answer, and
+    *outage* says whether the block running now is one of them (else the host asked for it).
     """
 
     attempts: float = 0.0
@@ -88,13 +110,17 @@ class HostHealth:
     blocked_until: float = 0.0
     blocks: int = 0
     failures: dict[str, int] = field(default_factory=dict)
+    outages: int = 0
+    outage: bool = False
 
     def _fade(self, today: float) -> float:
         """The weight evidence from day :attr:`updated` keeps on *today*."""
         return float(0.5 ** (max(today - self.updated, 0.0) / RECOVERY_HALF_LIFE))
 
-    def observe(self, outcome: str, today: float, size: float = 0.0, latency: float | None = None) -> None:
-        """One attempt's *outcome* (:data:`OUTCOMES`), the bytes it moved and its latency in seconds.
+    def observe(self, outcome: str, today: float, size: float = 0.0, latency: float | None = None,
+                page: bool = True) -> None:
+        """One attempt's *outcome* (:data:`OUTCOMES`), the bytes it moved and its latency in seconds; *page*:
+        whether it was a page's (an answer of robots.txt, often served while the pages are not, ends no outage).
 
         >>> health = HostHealth()
         >>> for _ in range(10): health.observe("throttled", 0.0)
@@ -107,7 +133,9 @@ class HostHealth:
         self.updated = max(self.updated, today)
         self.attempts = self.attempts * fade + 1.0
         self.successes = self.successes * fade + (outcome == OK)
-        if outcome != OK:
+        if outcome == OK and page:
+            self.outages = 0
+        else:
             self.failures[outcome] = self.failures.get(outcome, 0) + 1
             total = sum(self.failures.values())
             self.failed_size += (size - self.failed_size) * max(1.0 / total, MEAN_WEIGHT)
@@ -135,12 +163,16 @@ class HostHealth:
         p = self.p_success(today)
         return min((1.0 - p) / p, MAX_FAILURES_PER_SUCCESS)
 
-    def block(self, until: float) -> bool:
-        """Obey a Retry-After up to epoch second *until*; ``True`` if that extends the block."""
+    def block(self, until: float, outage: bool = False) -> bool:
+        """Obey a Retry-After up to epoch second *until* (with *outage*, a pause the host earned by failing);
+        ``True`` if that extends the block."""
         if until <= self.blocked_until:
             return False
         self.blocked_until = until
         self.blocks += 1
+        self.outage = outage
+        if outage:
+            self.outages += 1
         return True
 
     def blocked_for(self, now: float) -> float:
@@ -150,7 +182,7 @@ class HostHealth:
     def to_json(self) -> dict[str, Any]:
         return {"attempts": self.attempts, "successes": self.successes, "updated": self.updated,
                 "failed_size": self.failed_size, "latency": self.latency, "blocked_until": self.blocked_until,
-                "blocks": self.blocks, "failures": dict(self.failures)}
+                "blocks": self.blocks, "failures": dict(self.failures), "outages": self.outages, "outage": self.outage}
 
     @classmethod
     def from_json(cls, data: object) -> HostHealth:
@@ -163,6 +195,7 @@ class HostHealth:
         numbers = (health.attempts, health.successes, health.updated, health.failed_size, health.blocked_until)
         if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers) \
                 or not 0 <= health.successes <= health.attempts or not isinstance(health.failures, dict) \
-                or not all(k in OUTCOMES and isinstance(v, int) for k, v in health.failures.items()):
+                or not all(k in OUTCOMES and isinstance(v, int) for k, v in health.failures.items()) \
+                or not isinstance(health.outages, int) or health.outages < 0 or not isinstance(health.outage, bool):
             raise ValueError(f"malformed host health: {data!r}")
         return health
