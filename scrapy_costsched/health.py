@@ -16,7 +16,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.model.capacity import host_capacity
-from scrapy_costsched.model.health import OK, OUTAGE_PAGES, outage_pause, outcome_of, visit_cost
+from scrapy_costsched.model.health import OK, outage_pages, outage_pause, outcome_of, visit_cost
 from scrapy_costsched.slots import SlotHolds
 from scrapy_costsched.visits import PAGE_META
 
@@ -49,7 +49,9 @@ class Health:
         self.slots = SlotHolds(crawler)
         self._started: dict[int, float] = {}  # id(request) -> when a download handler took it (monotonic)
         self._priced_failures: dict[str, float] = {}  # host -> failed attempts a success was first priced with
-        self._failing: dict[str, set[str]] = {}  # host -> URLs that failed since its last answer
+        # host -> the pages a streak of failures must reach to take it for down, and the URLs that failed since
+        # its last answer
+        self._failing: dict[str, tuple[int, set[str]]] = {}
 
     def _today(self) -> float:
         return self.clock() / DAY
@@ -75,6 +77,9 @@ class Health:
         # the time since the slot took the request, which includes its DOWNLOAD_DELAY queue.
         latency = request.meta.get("download_latency") if status is not None else None
         page = PAGE_META in request.meta  # not robots.txt, which a site in maintenance may still serve
+        health = self.hosts.health_of(host)
+        if page and outcome != OK and host not in self._failing:  # a streak begins: how long it must be to count
+            self._failing[host] = (1 if health.outages else outage_pages(health.p_success(self._today())), set())
         self.hosts.attempt(host, outcome, self._today(), billed, latency if isinstance(latency, (int, float)) else None,
                            page)
         if not page:
@@ -86,19 +91,19 @@ class Health:
 
     def _failed(self, request: Request, host: str, how: str) -> None:
         """*request*'s attempt at *host* failed (*how*): a host whose distinct pages keep failing with no answer
-        between is taken for down and paused (:func:`~.model.health.outage_pause`), its visits kept for a later
-        run rather than spent on it. After an outage one failing page is enough (the probe of a circuit breaker)."""
-        failing = self._failing.setdefault(host, set())
+        between (:func:`~.model.health.outage_pages`) is taken for down and paused
+        (:func:`~.model.health.outage_pause`), its visits kept for a later run rather than spent on it. After
+        an outage one failing page is enough (the probe of a circuit breaker)."""
+        needed, failing = self._failing[host]
         failing.add(request.url)
-        health = self.hosts.health_of(host)
-        if len(failing) < (1 if health.outages else OUTAGE_PAGES) or self.pause_left(host) > 0:
+        if len(failing) < needed or self.pause_left(host) > 0:
             return
-        failing.clear()
-        seconds = outage_pause(health.outages + 1, self.config.max_retry_after)
+        del self._failing[host]
+        outages = self.hosts.health_of(host).outages
+        seconds = outage_pause(outages + 1, self.config.max_retry_after)
         if self.hosts.block(host, time.time() + seconds, outage=True):
             logger.info("costsched: %s failed %s with no answer between (the last: %s): taken for down, nothing "
-                        "goes to it for %.0f s", host, "again" if health.outages > 1 else f"{OUTAGE_PAGES} pages in a row",
-                        how, seconds)
+                        "goes to it for %.0f s", host, "again" if outages else f"{needed} pages in a row", how, seconds)
         self.hold_slot(request, self.hosts.blocked_for(host, time.time()))
 
     # -- prices ------------------------------------------------------------

@@ -7,9 +7,13 @@ import pytest
 from scrapy_costsched.model.health import (
     ATTEMPT_MEMORY,
     MAX_FAILURES_PER_SUCCESS,
+    MAX_OUTAGE_PAGES,
+    OUTAGE_EVIDENCE,
+    OUTAGE_PAGES,
     OUTAGE_PAUSE,
     RECOVERY_HALF_LIFE,
     HostHealth,
+    outage_pages,
     outage_pause,
     outcome_of,
     visit_cost,
@@ -94,6 +98,16 @@ def test_outages_in_a_row_double_the_pause_until_the_host_answers() -> None:
     assert health.outages == 0
     assert health.block(300.0)  # then a Retry-After: a pause the host asked for
     assert (health.outages, health.outage) == (0, False)
+
+
+@pytest.mark.parametrize("p_success", [1.0, 0.99, 0.95, 0.9, 0.7, 0.5, 0.2, 0.0])
+def test_a_host_that_failed_often_needs_a_streak_it_would_make_once_in_ten_thousand(p_success: float) -> None:
+    pages = outage_pages(p_success)
+    assert OUTAGE_PAGES <= pages <= MAX_OUTAGE_PAGES
+    if pages < MAX_OUTAGE_PAGES:
+        assert (1.0 - p_success) ** pages <= OUTAGE_EVIDENCE
+    if pages > OUTAGE_PAGES:  # the shortest such streak
+        assert (1.0 - p_success) ** (pages - 1) > OUTAGE_EVIDENCE
 
 
 def test_state_round_trips_and_refuses_garbage() -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ATTEMPT_MEMORY", "MAX_FAILURES_PER_SUCCESS", "OK", "OUTAGE_PAGES", "OUTAGE_PAUSE", "OUTCOMES",
-           "RECOVERY_HALF_LIFE", "HostHealth", "outage_pause", "outcome_of", "visit_cost"]
+           "RECOVERY_HALF_LIFE", "HostHealth", "outage_pages", "outage_pause", "outcome_of", "visit_cost"]
 
 OK = "ok"
 #: What an attempt can come to: an answer, or one of the failures health counts.
@@ -47,8 +47,11 @@ MAX_FAILURES_PER_SUCCESS = 50.0
 #: Weight of a new latency or failed-attempt size in its moving mean.
 MEAN_WEIGHT = 0.2
 #: Distinct pages of a host that fail in a row, with no answer between, before the host is taken for down
-#: (one page failing again and again is the page's business: its retries count once).
+#: (one page failing again and again is the page's business: its retries count once), and at most.
 OUTAGE_PAGES = 3
+MAX_OUTAGE_PAGES = 10
+#: How unlikely such a streak must be at the failure rate the host showed before it.
+OUTAGE_EVIDENCE = 1e-4
 #: Seconds a host taken for down first gets no request; each outage in a row doubles it.
 OUTAGE_PAUSE = 600.0
 
@@ -71,6 +74,23 @@ def outcome_of(status: int | None, exception: str | None = None) -> str:
         return "server_error" if status >= 500 else OK
     name = (exception or "").lower()
     return "timeout" if "timeout" in name or "timedout" in name else "connection"
+
+
+def outage_pages(p_success: float) -> int:
+    """Distinct pages that must fail in a row to take a host for down, whose attempts succeeded with
+    probability *p_success* before the streak began: as many as make the streak a :data:`OUTAGE_EVIDENCE`
+    chance, so a site where some pages always answer 500 is not taken for down when a few of them come
+    together (between :data:`OUTAGE_PAGES` and :data:`MAX_OUTAGE_PAGES`).
+
+    >>> outage_pages(1.0), outage_pages(0.95), outage_pages(0.7), outage_pages(0.2)
+    (3, 4, 8, 10)
+    """
+    failure = 1.0 - p_success
+    if failure <= 0.0:
+        return OUTAGE_PAGES
+    if failure >= 1.0:
+        return MAX_OUTAGE_PAGES
+    return min(max(math.ceil(math.log(OUTAGE_EVIDENCE) / math.log(failure)), OUTAGE_PAGES), MAX_OUTAGE_PAGES)
 
 
 def outage_pause(outages: int, longest: float) -> float:
