@@ -94,6 +94,7 @@ def test_outages_in_a_row_double_the_pause_until_the_host_answers() -> None:
     assert health.outages == 2  # a failure does not end the streak
     health.observe("ok", 0.0, page=False)
     assert health.outages == 2  # nor does robots.txt, often served while the pages are not
+    assert health.failures == {"unavailable": 1}  # though it answered
     health.observe("ok", 0.0)
     assert health.outages == 0
     assert health.block(300.0)  # then a Retry-After: a pause the host asked for

@@ -153,8 +153,8 @@ class HostHealth:
         self.updated = max(self.updated, today)
         self.attempts = self.attempts * fade + 1.0
         self.successes = self.successes * fade + (outcome == OK)
-        if outcome == OK and page:
-            self.outages = 0
+        if outcome == OK:
+            self.outages = 0 if page else self.outages
         else:
             self.failures[outcome] = self.failures.get(outcome, 0) + 1
             total = sum(self.failures.values())
