@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -284,3 +285,27 @@ def test_the_command_imports_nothing_heavy_when_scrapy_starts() -> None:
              f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert proc.stdout.strip() == ""
+
+
+def test_a_host_paused_as_down_says_so_beside_when_its_pause_ends(history: History, tmp_path: Path) -> None:
+    copy = tmp_path / "state.sqlite"
+    shutil.copyfile(history.state, copy)
+    name, row = next((name, row) for name, row in read_state(copy)["meta"].items()
+                     if name.startswith("host:") and "health" in row)
+    store = SqliteDictStorage(copy)
+    store.open()
+    try:  # as a crawl that found its pages failing in a row left it (an hour on the wall clock, as pauses run)
+        store.set_meta(name, {**row, "health": {**row["health"], "blocked_until": time.time() + 3600.0,
+                                                "outages": 1, "outage": True}})
+    finally:
+        store.close()
+    copied = History(history.site, copy, history.runs)
+    hosts = {h["host"]: h for h in copied.json()["hosts"]}
+    down = hosts[name.removeprefix("host:")]
+    assert down["blocked_because"] == "down"
+    assert down["blocked_until"] is not None
+    assert all(h["blocked_because"] is None for h in hosts.values() if h is not down)
+    text = copied.report().stdout
+    signals = text.split("Host signals")[1].split("Page types")[0]
+    assert down["blocked_until"] in signals
+    assert "(down)" in signals  # beside the time, or below it where the table needs the width

@@ -172,6 +172,8 @@ class HostRow:
     health: float | None = None
     latency: float | None = None
     blocked_until: str | None = None
+    #: Why: ``"Retry-After"`` (the host asked) or ``"down"`` (its pages failed in a row).
+    blocked_because: str | None = None
 
 
 @dataclass
@@ -419,7 +421,9 @@ def _hosts(book: HostBook, groups: list[tuple[str, str, dict[str, float]]], page
             row.health = health.p_success(now / DAY)
             row.latency = health.latency
             # A Retry-After pause runs on the wall clock (servers' time), not on COSTSCHED_CLOCK.
-            row.blocked_until = iso(health.blocked_until) if health.blocked_for(time.time()) > 0 else None
+            if health.blocked_for(time.time()) > 0:
+                row.blocked_until = iso(health.blocked_until)
+                row.blocked_because = "down" if health.outage else "Retry-After"
         rows.append(row)
     return rows
 

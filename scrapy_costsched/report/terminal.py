@@ -153,7 +153,8 @@ def render_terminal(report: Report) -> str:
             "also batched: trusted, dates bunch at one time of the day, so they tell the day); health now",
             ["host", "ETag", "Last-Modified", "304 answers", "health", "latency s", "blocked until"],
             [[h.host, h.etag or "-", h.last_modified or "-", h.not_modified_answers or "-", share(h.health),
-              "-" if h.latency is None else f"{h.latency:.2f}", h.blocked_until or "-"] for h in report.hosts],
+              "-" if h.latency is None else f"{h.latency:.2f}",
+              f"{h.blocked_until} ({h.blocked_because})" if h.blocked_until else "-"] for h in report.hosts],
         ),
         _table(
             "Page types",
