@@ -156,6 +156,12 @@ class Accounts:
         """A visit of page *key* made its first attempt, for *reason* (``refresh``, ``discovery``)."""
         self._pending.setdefault(key, _VisitCharges()).reason = reason
 
+    def unreached(self, key: str) -> None:
+        """Page *key*'s visit, said to make its first attempt, did not (its host's pause released it unsent)."""
+        pending = self._pending.get(key)
+        if pending is not None and not pending.attempts:
+            del self._pending[key]
+
     def charged(self, key: str | None, host: str, cost: float) -> None:
         """An attempt reached the network: the page's until its visit is observed (a page's type may be
         learned from its first visit's items), or *host*'s requests that belong to no page."""

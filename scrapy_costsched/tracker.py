@@ -146,6 +146,12 @@ def _robots_holder(netloc: str) -> str:
     return f"robots.txt:{netloc}"
 
 
+def _own_page(request: Request) -> str | None:
+    """The page whose own request *request* is (a sub-request's failure is its visit's, not a failed attempt)."""
+    key = request.meta.get(PAGE_META)
+    return key if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) else None
+
+
 def _media_holder(key: str) -> str:
     return f"media:{key}"
 
@@ -547,7 +553,8 @@ class Tracker:
             (get("costsched/not_found", 0) + get("costsched/gone", 0), "answered 404 or 410"),
             (get("costsched/redirected_to_fetched", 0), "redirected to a page this run fetched already"),
             (get("costsched/redirected_away", 0), "gone, redirected for good to a page of another kind"),
-            (get("costsched/cut_short", 0), "cut short (a redirect or retry the budget or its host's health kept back)"),
+            (get("costsched/cut_short", 0),
+             "cut short (a redirect or retry the budget, its host's health or its host's pause kept back)"),
             (get("costsched/duplicate_fetch", 0), "fetched again in this run (learned from once)"),
         ) if count)
         logger.info(
@@ -1099,6 +1106,13 @@ class Tracker:
         if isinstance(key, str):
             self.accounts.reached(key, reason)
 
+    def _uncount_visit(self, key: str, request: Request) -> None:
+        """Page *key*'s visit, counted when *request*, its first attempt, reached the downloader, never went out."""
+        self._reached.discard(request.meta.get(VISIT_META))
+        self.stats.inc_value("costsched/visits", -1)
+        self.stats.inc_value(f"costsched/visits/{request.meta.get(REASON_META, 'refresh')}", -1)
+        self.accounts.unreached(key)
+
     def _response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Sent before the download slot is freed for the next request: the moment to obey a Retry-After."""
         if self.store is None:
@@ -1123,9 +1137,15 @@ class Tracker:
         back to the period and its page, untouched, is planned again in a later run."""
         self.ledger.release(request)
         self._release_robots(request)
-        key = request.meta.get(PAGE_META)
-        if isinstance(key, str):  # the 429 that asked for the pause is no failure of the page's
-            self._failed_attempts.pop(key, None)
+        own = _own_page(request)
+        entered = id(request) in self._downloaded  # released from its download slot's queue, never sent
+        self._downloaded.discard(id(request))
+        if own is not None:
+            # The 429 that asked for the pause is no failure of the page's: its visit, under way, is cut short.
+            if self._failed_attempts.pop(own, None) is not None or "redirect_urls" in request.meta:
+                self._cut_short(own)
+            elif entered and request.meta.get(VISIT_META) in self._reached:  # counted as it entered: no visit
+                self._uncount_visit(own, request)
         self.stats.inc_value("costsched/retry_after/released")
         host = urlparse_cached(request).hostname or ""
         if host not in self._paused_hosts:
@@ -1309,16 +1329,11 @@ class Tracker:
             self.paused(request)
             return
         key = request.meta.get(PAGE_META)
-        # The page whose own request this is (a sub-request's failure is its visit's, not a failed attempt).
-        own = key if isinstance(key, str) and not request.meta.get(SUBREQUEST_META) else None
+        own = _own_page(request)
         if isinstance(exception, AttemptRefused):  # counted, and its reservation released, when it was refused
-            # A visit that ends here, unless an answer that failed already counts it (a retry's): an outcome of its
-            # own, so the summary's outcomes add up to its visits, and the report's visits are the summary's.
+            # A visit that ends here, unless an answer that failed already counts it (a retry's).
             if own is not None and own not in self._failed_attempts:
-                self.stats.inc_value("costsched/cut_short")
-                group = self._group_of(own)
-                if group is not None:
-                    self.accounts.observed(own, *group, "cut_short")
+                self._cut_short(own)
             return
         if exception is not None:
             self.note_failure(key, exception)
@@ -1338,6 +1353,14 @@ class Tracker:
         if own is not None:
             self.stats.inc_value("costsched/ignored")
             self._failed_attempts.setdefault(own, True)
+
+    def _cut_short(self, key: str) -> None:
+        """Page *key*'s visit ended before its page answered: an outcome of its own, so the summary's outcomes add
+        up to its visits, and the report's visits are the summary's."""
+        self.stats.inc_value("costsched/cut_short")
+        group = self._group_of(key)
+        if group is not None:
+            self.accounts.observed(key, *group, "cut_short")
 
     def _release_robots(self, request: Request) -> bool:
         """Release the reservation for robots.txt if *request* is RobotsTxtMiddleware's for it (``True`` if so)."""

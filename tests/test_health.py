@@ -459,6 +459,10 @@ def test_a_host_that_is_down_is_paused_after_three_pages_and_probed_with_one_pag
         in first["_log"]
     assert first["costsched/retry_after/released"] >= PAGES - 3 - 1  # one may be in the downloader
     assert first["costsched/period_spent"] == first_sent + 1  # and robots.txt; the budget was 40
+    # Their visits were cut short (their retries released), not failures of their pages: the outcomes add up.
+    assert first["costsched/cut_short"] == first["costsched/visits"] == 3
+    assert "costsched/failed" not in first
+    assert "3 visits: 0 new pages, 0 changed, 0 unchanged (0 of them 304s), 3 cut short" in first["_log"]
     # The next run sends one page, whose failure pauses the host again at once.
     assert len(probe_paths) == 1, sorted(probe_paths)
     assert probe["costsched/hosts/127.0.0.13/outages"] == 1
