@@ -77,16 +77,18 @@ class Health:
         # the time since the slot took the request, which includes its DOWNLOAD_DELAY queue.
         latency = request.meta.get("download_latency") if status is not None else None
         page = PAGE_META in request.meta  # not robots.txt, which a site in maintenance may still serve
-        health = self.hosts.health_of(host)
-        if page and outcome != OK and host not in self._failing:  # a streak begins: how long it must be to count
+        # Whether a streak of failures may take the host for down (shadow mode sends what plain Scrapy sends).
+        watched = page and self.config.health and not self.config.shadow
+        if watched and outcome != OK and host not in self._failing:  # a streak begins: how long it must be to count
+            health = self.hosts.health_of(host)
             self._failing[host] = (1 if health.outages else outage_pages(health.p_success(self._today())), set())
         self.hosts.attempt(host, outcome, self._today(), billed, latency if isinstance(latency, (int, float)) else None,
                            page)
-        if not page:
+        if not watched:
             return
         if outcome == OK:
             self._failing.pop(host, None)
-        elif self.config.health and not self.config.shadow:  # shadow mode sends what plain Scrapy sends
+        else:
             self._failed(request, host, f"HTTP {status}" if status is not None else f"a {outcome} failure")
 
     def _failed(self, request: Request, host: str, how: str) -> None:

@@ -30,8 +30,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ATTEMPT_MEMORY", "MAX_FAILURES_PER_SUCCESS", "OK", "OUTAGE_PAGES", "OUTAGE_PAUSE", "OUTCOMES",
-           "RECOVERY_HALF_LIFE", "HostHealth", "outage_pages", "outage_pause", "outcome_of", "visit_cost"]
+__all__ = ["ATTEMPT_MEMORY", "MAX_FAILURES_PER_SUCCESS", "MAX_OUTAGE_PAGES", "OK", "OUTAGE_EVIDENCE", "OUTAGE_PAGES",
+           "OUTAGE_PAUSE", "OUTCOMES", "RECOVERY_HALF_LIFE", "HostHealth", "outage_pages", "outage_pause", "outcome_of",
+           "visit_cost"]
 
 OK = "ok"
 #: What an attempt can come to: an answer, or one of the failures health counts.
@@ -47,8 +48,9 @@ MAX_FAILURES_PER_SUCCESS = 50.0
 #: Weight of a new latency or failed-attempt size in its moving mean.
 MEAN_WEIGHT = 0.2
 #: Distinct pages of a host that fail in a row, with no answer between, before the host is taken for down
-#: (one page failing again and again is the page's business: its retries count once), and at most.
+#: (one page failing again and again is the page's business: its retries count once)...
 OUTAGE_PAGES = 3
+#: ... or more for a host that failed often before (:func:`outage_pages`), but never more than this.
 MAX_OUTAGE_PAGES = 10
 #: How unlikely such a streak must be at the failure rate the host showed before it.
 OUTAGE_EVIDENCE = 1e-4
