@@ -95,10 +95,13 @@ class Health:
         """*request*'s attempt at *host* failed (*how*): a host whose distinct pages keep failing with no answer
         between (:func:`~.model.health.outage_pages`) is taken for down and paused
         (:func:`~.model.health.outage_pause`), its visits kept for a later run rather than spent on it. After
-        an outage one failing page is enough (the probe of a circuit breaker)."""
+        an outage one failing page is enough (the probe of a circuit breaker). Failures while the host is paused
+        (a Retry-After it sent with the answer, requests that were on the wire) tell nothing more."""
+        if self.pause_left(host) > 0:
+            return
         needed, failing = self._failing[host]
         failing.add(request.url)
-        if len(failing) < needed or self.pause_left(host) > 0:
+        if len(failing) < needed:
             return
         del self._failing[host]
         outages = self.hosts.health_of(host).outages

@@ -473,3 +473,16 @@ def test_a_host_that_is_down_is_paused_after_three_pages_and_probed_with_one_pag
     assert read_state(tmp_path / "state.sqlite")["meta"]["host:127.0.0.13"]["health"]["outages"] == 0
     assert "costsched/hosts/127.0.0.13/outages" not in shadow
     assert {path for _, path, *_ in down.log} == {f"/p/{number}" for number in range(PAGES)}
+
+
+def test_a_host_that_asks_for_pauses_is_never_taken_for_down(tmp_path: Path) -> None:
+    """Its Retry-After is its word: the 429s that come back together from concurrent requests (no delay, eight
+    at a time) are answers of a host that works, and it is waited for as it asked, not paused as down."""
+    site = ThrottlingSite("127.0.0.14", quota=3, retry_after=1.0)
+    try:
+        stats = crawl_pages(tmp_path, [site], "COSTSCHED_BUDGET=1000", gives_up=True)
+    finally:
+        site.close()
+    assert stats["costsched/hosts/127.0.0.14/failures/throttled"] >= 3
+    assert "costsched/hosts/127.0.0.14/outages" not in stats, stats["_log"][-3000:]
+    assert stats["costsched/hosts/127.0.0.14/retry_after"] >= 2  # paused, the pause waited out, paused again
