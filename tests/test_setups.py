@@ -741,7 +741,8 @@ def test_a_visit_whose_redirect_the_budget_cannot_pay_for_is_an_outcome_of_the_s
     assert first.stats["costsched/visits"] == first.stats["costsched/cut_short"] == 1
     assert "costsched/failed" not in first.stats
     assert re.search(r"run finished \(finished\): 1 visits: 0 new pages, 0 changed, 0 unchanged \(0 of them 304s\), "
-                     r"1 cut short \(a redirect or retry the budget or its host's health kept back\), 0 failed;", first.log)
+                     r"1 cut short \(a redirect or retry the budget, its host's health or its host's pause kept back\), "
+                     r"0 failed;", first.log)
     # The report counts the visits the summary counts (found in a Scrapyd trial: 7 visits there, 9 in the log).
     figures = json.loads(crawls.report("--json"))["periods"][0]["figures"]
     assert (figures["visits"], figures["cut_short"], figures["spent"]) == (1, 1, 2)
