@@ -164,6 +164,11 @@ class Health:
             run_seconds = 0.0 if pause > self.config.block_wait else run_seconds - pause
         return host_capacity(run_seconds, concurrency, delay, health.latency if health is not None else None)
 
+    def down(self, host: str) -> bool:
+        """Whether *host* is paused because it is taken for down (rather than because it asked)."""
+        health = self.hosts.health.get(host)
+        return health is not None and health.outage and self.pause_left(host) > 0
+
     def pause_reason(self, host: str) -> str:
         """Why *host* is paused, to follow its name: it asked (Retry-After), or it is taken for down."""
         health = self.hosts.health.get(host)

@@ -1134,20 +1134,24 @@ class Tracker:
 
     def paused(self, request: Request) -> None:
         """*request* is not sent in this run (its host's pause outlasts ``COSTSCHED_BLOCK_WAIT``): its budget goes
-        back to the period and its page, untouched, is planned again in a later run."""
+        back to the period and its page, untouched, is planned again in a later run.
+
+        A retry of a page whose attempt failed ends its visit: cut short where the host asked for the pause (the
+        429 is no failure of the page's), failed where the host is taken for down (the page backs off as any
+        failed page does, so a host that stays dead is not probed through the same pages run after run)."""
         self.ledger.release(request)
         self._release_robots(request)
         own = _own_page(request)
         entered = id(request) in self._downloaded  # released from its download slot's queue, never sent
         self._downloaded.discard(id(request))
-        if own is not None:
-            # The 429 that asked for the pause is no failure of the page's: its visit, under way, is cut short.
+        host = urlparse_cached(request).hostname or ""
+        failure_stands = own in self._failed_attempts and self.health.down(host)
+        if own is not None and not failure_stands:
             if self._failed_attempts.pop(own, None) is not None or "redirect_urls" in request.meta:
                 self._cut_short(own)
             elif entered and request.meta.get(VISIT_META) in self._reached:  # counted as it entered: no visit
                 self._uncount_visit(own, request)
         self.stats.inc_value("costsched/retry_after/released")
-        host = urlparse_cached(request).hostname or ""
         if host not in self._paused_hosts:
             self._paused_hosts.add(host)
             logger.info("costsched: %s %s of %.0f s more than this run waits (COSTSCHED_BLOCK_WAIT = %g s): its "

@@ -459,16 +459,22 @@ def test_a_host_that_is_down_is_paused_after_three_pages_and_probed_with_one_pag
         in first["_log"]
     assert first["costsched/retry_after/released"] >= PAGES - 3 - 1  # one may be in the downloader
     assert first["costsched/period_spent"] == first_sent + 1  # and robots.txt; the budget was 40
-    # Their visits were cut short (their retries released), not failures of their pages: the outcomes add up.
-    assert first["costsched/cut_short"] == first["costsched/visits"] == 3
-    assert "costsched/failed" not in first
-    assert "3 visits: 0 new pages, 0 changed, 0 unchanged (0 of them 304s), 3 cut short" in first["_log"]
-    # The next run sends one page, whose failure pauses the host again at once.
+    # Their visits failed (their retries released): the pages back off as failed pages do, so a host that stays
+    # down is not probed through the same pages run after run. The outcomes add up to the visits.
+    assert first["costsched/failed"] == first["costsched/visits"] == 3
+    assert "costsched/cut_short" not in first
+    assert "3 visits: 0 new pages, 0 changed, 0 unchanged (0 of them 304s), 3 failed" in first["_log"]
+    # The next run sends one page, another (those three back off), whose failure pauses the host again at once.
     assert len(probe_paths) == 1, sorted(probe_paths)
+    assert probe_paths.isdisjoint(first_paths)
+    assert probe["costsched/failed"] == 1
     assert probe["costsched/hosts/127.0.0.13/outages"] == 1
     assert "127.0.0.13 failed again" in probe["_log"]
     # Back up, it is crawled, and its first answer ends the streak (the next outage takes three pages again).
-    assert back_sent >= PAGES - 3 - 1
+    assert back_sent == PAGES - 3 - 1  # all but the four that failed, which wait for the next period
+    backing_off = {urlparse(page["url"]).path for page in read_state(tmp_path / "state.sqlite")["pages"].values()
+                   if page["not_before"] is not None}
+    assert backing_off == first_paths | probe_paths
     assert "costsched/hosts/127.0.0.13/outages" not in back
     assert read_state(tmp_path / "state.sqlite")["meta"]["host:127.0.0.13"]["health"]["outages"] == 0
     assert "costsched/hosts/127.0.0.13/outages" not in shadow
