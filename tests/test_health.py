@@ -138,6 +138,12 @@ def test_a_pause_longer_than_the_run_waits_releases_its_visits_to_the_next_run(
     assert "it asked for a pause (Retry-After)" in show
     assert site.inside_pause == 0
     assert stats["costsched/retry_after/released"] >= 1
+    # The visit whose 429 asked for the pause is cut short (its retry released), not failed; visits still queued in
+    # the host's download slot never went out and are no visits: the summary's outcomes add up to its visits.
+    assert stats["costsched/cut_short"] == 1
+    assert "costsched/failed" not in stats
+    outcomes = ("baseline", "changed", "unchanged", "cut_short")
+    assert stats["costsched/visits"] == sum(stats.get(f"costsched/{outcome}", 0) for outcome in outcomes)
     assert "not sent in this run" in stats["_log"]
     assert "Spider closed (finished)" in stats["_log"]
     # What was released went back to the period's budget: the ledger holds what reached the servers (their
