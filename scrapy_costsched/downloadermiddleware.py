@@ -61,6 +61,7 @@ from scrapy_costsched.visits import (
     SUBREQUEST_META,
     VALIDATORS_META,
     AttemptRefused,
+    same_resource,
 )
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class ConditionalRequestMiddleware:
         self.tracker.settle(request, response)
         added = request.meta.get(VALIDATORS_META)
         if response.status != 304 or "cached" in response.flags or not isinstance(added, dict) \
-                or added.get("url") != response.url:
+                or not same_resource(added.get("url") or "", response.url):
             return response
         if self.tracker.not_modified(request, response):
             return self._refetch(request, added.get("headers") or {})

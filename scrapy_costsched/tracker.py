@@ -71,6 +71,7 @@ from scrapy_costsched.visits import (
     AttemptRefused,
     Visit,
     VisitBook,
+    same_resource,
 )
 from scrapy_costsched.volatility import MIN_COMPARISONS, VolatileFields
 
@@ -1124,7 +1125,7 @@ class Tracker:
             # response, so it is read once.
             interval, target = get_meta_refresh(response, ignore_tags=self._refresh_tags)
             if target is not None and interval is not None and interval < PERMANENT_REFRESH_SECONDS:
-                self._instant_refreshes.add(response.url)
+                self._instant_refreshes.add(request.url)  # as the redirect's meta lists it, fragment and all
         if response.status in (429, 503):
             # A date is read against the server's own clock (its Date header) where it gives one: clocks differ.
             served = self._header(response, lambda: parse_http_date(response.headers.get("Date")))
@@ -1401,11 +1402,11 @@ class Tracker:
             self._gone(key, page, visit.time, for_good=response.status == 410)
             return None
         visit.failed = response.status >= 400
-        visit.redirected = response.url != page.url
+        visit.redirected = not same_resource(response.url, page.url)
         if not visit.failed:
             self._read_validators(visit, response)
             sent = response.meta.get(VALIDATORS_META)
-            if isinstance(sent, dict) and sent.get("url") == response.url:
+            if isinstance(sent, dict) and same_resource(sent.get("url") or "", response.url):
                 visit.validators_sent, visit.canary = sent.get("headers"), bool(sent.get("canary"))
         return visit
 
@@ -1444,7 +1445,7 @@ class Tracker:
         """
         key = request.meta.get(PAGE_META)
         page = self.page(key) if isinstance(key, str) and self.config.conditional and not self.config.shadow else None
-        if page is None or page.record is None or page.redirected or page.url != request.url:
+        if page is None or page.record is None or page.redirected or not same_resource(page.url, request.url):
             return None  # validators belong to the URL that answered
         return self.hosts.conditional_headers(page, self.now() / DAY, verify_every(self.config.verify_share))
 

@@ -15,6 +15,7 @@ import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urldefrag
 
 from scrapy.exceptions import IgnoreRequest
 
@@ -44,6 +45,13 @@ DELIVER_META = "costsched_deliver_not_modified"
 #: (``JOBDIR``).
 RUN_META = frozenset({PAGE_META, VISIT_META, SUBREQUEST_META, REASON_META, HOLD_META, VALIDATORS_META, REFETCH_META,
                       NOT_MODIFIED_META, REFUSED_META, SESSION_STEP_META})
+
+
+def same_resource(url: str, other: str) -> bool:
+    """Whether *url* and *other* ask the server for the same thing: a fragment (``#reviews``) never leaves the
+    client, and Scrapy's download handlers drop it from the response's URL too (found on a forum, whose "last post"
+    links end in ``#post-N``: every such page passed for redirected and was never sent its validators)."""
+    return url == other or urldefrag(url)[0] == urldefrag(other)[0]
 
 
 class AttemptRefused(IgnoreRequest):

@@ -35,6 +35,8 @@ class EdgeSpider(StatsFileSpider):
 
         yield scrapy.Request(f"{base}/page/4", callback=not_a_spider_method)
         yield scrapy.Request(f"{base}/gone/5", callback=self.parse_item)
+        if os.environ.get("EDGE_FRAGMENT"):  # a link to a part of a page, as "last post" links on a forum
+            yield scrapy.Request(f"{base}/page/8#reviews", callback=self.parse_item, errback=self.failed)
         if os.environ.get("EDGE_CHAIN"):
             yield scrapy.Request(f"{base}/page/6", callback=self.parse_first_half)
 

@@ -255,6 +255,24 @@ def test_validators_survive_retries_and_go_through_a_proxy(edge_site: EdgeSite, 
     assert flaky[0] == flaky[1]  # the retry asked with the same validator, and got its 304
 
 
+def test_a_page_linked_with_a_fragment_is_sent_its_validators(edge_site: EdgeSite, tmp_path: Path) -> None:
+    # The fragment never reaches the server, and Scrapy drops it from the response's URL: the page answered from
+    # its own URL. Taken for redirected, it was never sent its validators.
+    runs = _trusted_runs(edge_site, tmp_path, 4, env={"EDGE_FRAGMENT": "1"})
+    asked = [etag for path, etag in edge_site.requests if path == "/page/8"]
+    assert len(asked) == 4
+    assert asked[0] is None
+    assert asked[-1] == '"page-8-v0"'
+    last = runs[-1]
+    assert last["costsched/not_modified"] >= 2  # /page/1 and /page/8, each a visit
+    assert "edge/callback/304" not in last
+    assert "edge/errback/IgnoreRequest" not in last
+    page = next(page for page in read_state(tmp_path / "state.sqlite")["pages"].values()
+                if page["url"].endswith("/page/8#reviews"))
+    assert page["redirected"] is False
+    assert page["visits"] == 4
+
+
 @pytest.mark.parametrize("status", [301, 302])
 def test_validators_are_stripped_from_a_redirected_request(edge_site: EdgeSite, tmp_path: Path, status: int) -> None:
     _trusted_runs(edge_site, tmp_path, 3)
