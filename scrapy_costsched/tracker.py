@@ -228,6 +228,8 @@ class Tracker:
         # time; and how many visits of each page type recorded items: judged together at close (_judge_emptied).
         self._emptied: dict[str, list[tuple[str, float]]] = {}
         self._yielded: dict[str, int] = {}
+        # This run's item records by host, each with the first page that recorded it (:meth:`_note_same_record`).
+        self._records: dict[tuple[str, str], str] = {}
         self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
@@ -504,6 +506,7 @@ class Tracker:
         self._unrecorded_bytes.clear()
         self._hops.clear()
         self._instant_refreshes.clear()
+        self._records.clear()
         self._media_pages.clear()
         self._media_urls_of.clear()
         self._media_sizes.clear()
@@ -1689,6 +1692,8 @@ class Tracker:
                 vouched = not visit.redirected and validator_stayed(page.etag, visit.etag, page.last_modified,
                                                                     visit.last_modified)
                 outcome = self.learner.record(page, visit, forget_history=self._counted_a_left_out_field(page, visit))
+                if page.record_kind == "items" and page.record is not None and not visit.redirected:
+                    self._note_same_record(key, page)
                 page.items = stored_items  # replaced by full visits only: a 304 confirms the stored items
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
@@ -1702,6 +1707,25 @@ class Tracker:
         if self._since_commit >= self.config.commit_every or (
                 self.config.commit_interval and time.monotonic() - self._committed_at >= self.config.commit_interval):
             self.commit()
+
+    def _note_same_record(self, key: str, page: PageState) -> None:
+        """Say so when another page of the host recorded the very same items in this run: one page under two URLs,
+        each visited and paid for. Found on a forum trial, where a thread was linked as ``/t/5`` and as
+        ``/t/5?page=1``: both changed with every post, and a quarter of each day's budget went to the copies. Only
+        the spider's author can tell whether the URLs are one page, so the add-on says it and fetches both."""
+        first = self._records.setdefault((page.host, page.record or ""), key)
+        if first == key:
+            return
+        self.stats.inc_value("costsched/duplicate_records")
+        other = self.page(first)
+        other_url = first if other is None else other.url
+        if not self._log_once(("same record", page.page_type),
+                              "costsched: %s and %s yielded the same items: one page under two URLs? Each is visited "
+                              "and paid for; if they are one page, have the spider yield one of them (normalise its "
+                              "links, e.g. with a Rule's process_links, or set a REQUEST_FINGERPRINTER_CLASS that "
+                              "takes them for one). Such pages are counted in costsched/duplicate_records and listed "
+                              "at DEBUG; this is said once per page type (%r)", other_url, page.url, page.page_type):
+            logger.debug("costsched: %s and %s yielded the same items", other_url, page.url)
 
     def _counted_a_left_out_field(self, page: PageState, visit: Visit) -> bool:
         """Whether the page's history counted the changes of a field named as volatile for its type that the hash

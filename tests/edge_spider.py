@@ -37,12 +37,18 @@ class EdgeSpider(StatsFileSpider):
         yield scrapy.Request(f"{base}/gone/5", callback=self.parse_item)
         if os.environ.get("EDGE_FRAGMENT"):  # a link to a part of a page, as "last post" links on a forum
             yield scrapy.Request(f"{base}/page/8#reviews", callback=self.parse_item, errback=self.failed)
+        if os.environ.get("EDGE_DUPLICATE"):  # one page under two URLs, its items without either
+            yield scrapy.Request(f"{base}/page/9", callback=self.parse_title)
+            yield scrapy.Request(f"{base}/api?url=/page/9", callback=self.parse_title)
         if os.environ.get("EDGE_CHAIN"):
             yield scrapy.Request(f"{base}/page/6", callback=self.parse_first_half)
 
     def parse_item(self, response: Any) -> Any:
         self.crawler.stats.inc_value(f"edge/callback/{response.status}")
         yield {"url": response.url, "title": response.css("h1::text").get()}
+
+    def parse_title(self, response: Any) -> Any:
+        yield {"title": response.css("h1::text").get()}
 
     def failed(self, failure: Any) -> None:
         """An errback: what reaches it is counted (a 304 must not)."""

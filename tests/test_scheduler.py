@@ -70,6 +70,20 @@ def test_unstorable_callback_still_runs_and_is_counted(edge_site: EdgeSite, tmp_
     assert page4["visits"] == 1
 
 
+def test_two_urls_that_yield_the_same_items_are_named_and_both_still_fetched(edge_site: EdgeSite,
+                                                                               tmp_path: Path) -> None:
+    # /page/9 and /api?url=/page/9 answer the same page, whose item holds neither URL (as a forum's posts did
+    # for /t/5 and /t/5?page=1).
+    stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100", env={"EDGE_DUPLICATE": "1"})
+    # That pair only: the other pages' items differ, and /page/1, requested twice (dont_filter), is one page.
+    assert stats["costsched/duplicate_records"] == 1
+    line = next(line for line in stats["_log"].splitlines() if "yielded the same items" in line)
+    assert "WARNING" in line
+    assert f"{edge_site.url}/page/9 and {edge_site.url}/api?url=/page/9" in line or \
+        f"{edge_site.url}/api?url=/page/9 and {edge_site.url}/page/9" in line
+    assert edge_site.hits["/page/9"] == edge_site.hits["/api?url=/page/9"] == 1
+
+
 def test_chained_sub_request_items_belong_to_their_page(edge_site: EdgeSite, tmp_path: Path) -> None:
     stats = runspider(edge_site, tmp_path, "COSTSCHED_BUDGET=100", chain=True)
     assert stats["costsched/visits/discovery"] == 6  # page/7 is part of page/6's visit, not a page
