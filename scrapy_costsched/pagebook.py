@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 #: Decoded pages kept in memory (about 3.5 KB each).
 CACHE_PAGES = 2048
 #: A summary row's profile fields, in :class:`Profile`'s order (and its key in ``PageBook._numbers``).
-_PROFILE_FIELDS = itemgetter(2, 5, 6, 4)
+_PROFILE_FIELDS = itemgetter(2, 5, 6, 4, 14)
 
 
 class Profile(NamedTuple):
@@ -46,10 +46,11 @@ class Profile(NamedTuple):
     group: str
     cost: float | None
     has_template: bool
+    unlinked: float | None
 
     @classmethod
     def of(cls, summary: Summary) -> Profile:
-        return cls(summary.value, summary.group, summary.cost, summary.has_template)
+        return cls(summary.value, summary.group, summary.cost, summary.has_template, summary.unlinked)
 
 
 class PageBook:
@@ -66,7 +67,7 @@ class PageBook:
         # garbage collector, which would otherwise scan every entry at each full collection.
         self._index: dict[str, int] | None = None
         self._profiles: list[Profile] = []
-        self._numbers: dict[tuple[Any, str, float | None, bool], int] = {}
+        self._numbers: dict[tuple[Any, str, float | None, bool, float | None], int] = {}
 
     def get(self, key: str) -> PageState | None:
         page = self._cache.get(key)
@@ -121,7 +122,7 @@ class PageBook:
 
     def _number(self, summary: Summary) -> int:
         """The number of *summary*'s profile (a new one if no page had it)."""
-        fields = (summary.value, summary.group, summary.cost, summary.has_template)
+        fields = (summary.value, summary.group, summary.cost, summary.has_template, summary.unlinked)
         try:
             number = self._numbers.get(fields)
         except TypeError:  # an unhashable stored value: a profile of its own

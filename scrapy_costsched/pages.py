@@ -31,6 +31,9 @@ _TRANSIENT_META = RUN_META | {
 }
 
 
+#: Outlinks a page's record keeps to tell the pages it stops linking (a page that links to more, a sitemap, keeps none:
+#: it would rewrite them all at each visit).
+MAX_TRACKED_OUTLINKS = 1000
 #: Weight of the newest measurement in a running mean of bytes (the last ~10 visits dominate).
 BYTES_WEIGHT = 0.1
 #: Once the mean is settled, a measurement counts as at most this many times the mean (or at least its
@@ -175,6 +178,12 @@ class PageState:
     """Bytes a 304 answer for the page moved."""
     no_change_cost: float = 0.0
     """What the visits that found the page unchanged cost, all told (the report's most wasteful pages)."""
+    outlinks: list[str] | None = None
+    """The pages (fingerprints) its last full visit linked to, sorted, to tell the ones it stops linking; ``None``
+    before such a visit, or when they were more than :data:`MAX_TRACKED_OUTLINKS`."""
+    unlinked_since: float | None = None
+    """When a page that linked to it stopped doing so, no request for it seen since: ``COSTSCHED_UNLINKED_PERIODS``
+    after that, plans leave it out (retired as unlinked) until a link or a start request names it again."""
     items: list[dict[str, Any]] | None = None
     """With ``COSTSCHED_STORE_RECORDS``: the items of the last full visit as they left the pipelines
     (:func:`stored_item`), current as of :attr:`last_visit` (a 304 confirms them)."""
@@ -202,7 +211,7 @@ class PageState:
         return [last_seen, rate, self.value, self.gone_strikes + self.empty_strikes + self.refusals,
                 self.template is not None, self.group,
                 cost, low, high, self.not_before, self.links.to_json() if self.links is not None else None,
-                self.own_full_bytes, self.redirected, self.depth]
+                self.own_full_bytes, self.redirected, self.depth, self.unlinked_since]
 
     @property
     def depth(self) -> int | None:
@@ -288,7 +297,8 @@ class Summary(NamedTuple):
     :meth:`NewLinkStats.to_json` of a page that links out; *full_bytes* the
     page's own mean full fetch; *redirected* whether its last answer came
     through a redirect; *depth* the ``depth`` of its stored request, which
-    ``DEPTH_LIMIT`` applies to when it is re-issued. Rows written by an older
+    ``DEPTH_LIMIT`` applies to when it is re-issued; *unlinked* since when no
+    link to it was seen (:attr:`PageState.unlinked_since`). Rows written by an older
     version are shorter; the missing fields take their defaults.
     """
 
@@ -306,6 +316,7 @@ class Summary(NamedTuple):
     full_bytes: float | None = None
     redirected: bool = False
     depth: int | None = None
+    unlinked: float | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Summary:

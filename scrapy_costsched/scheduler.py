@@ -366,6 +366,11 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
+        unlinked = self.stats.get_value("costsched/plan/unlinked")
+        if unlinked:
+            logger.info("%s: %d known pages left out of the plan: no request for them was seen in the %d budget periods "
+                        "since a page stopped linking to them (COSTSCHED_UNLINKED_PERIODS); a link to one brings it "
+                        "back", self.tracker.who, unlinked, self.config.unlinked_periods)
         scouted = [page.url for page in map(self.tracker.page, (c.key for c in scouts)) if page is not None]
         unit = self.tracker.billing.unit
         logger.info("%s: %s; planned %d of %d ranked known pages%s%s, %s kept for discovery%s",
@@ -451,6 +456,7 @@ class CostAwareScheduler(BaseScheduler):
         if PAGE_META in request.meta:
             return self._enqueue_attempt(request)
         key = self.tracker.fingerprint(request)
+        self.tracker.linked(key)
         if self.budgeted and key in self._redirected_to:
             # Fetched in this run as a redirect's target; known from now on, so a page that moved here is
             # retired at its next visit instead of being fetched twice.

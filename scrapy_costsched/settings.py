@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "COSTSCHED_RESERVE_DISCOVERY": 0.1,
     "COSTSCHED_STATE": None,
     "COSTSCHED_STORE_RECORDS": False,
+    "COSTSCHED_UNLINKED_PERIODS": 0,
     "COSTSCHED_VALUE_TIERS": {"low": 0.25, "normal": 1.0, "high": 4.0, "critical": 16.0},
     "COSTSCHED_VERIFY_SHARE": 0.1,
 }
@@ -351,6 +352,9 @@ class Config:
     commit_interval: float = 10.0
     """Seconds of crawling after which an observation commits the batch however small; 0 for none."""
     store_records: bool = False
+    unlinked_periods: int = 0
+    """Budget periods a page may go without a request for it, once a page stopped linking to it, before plans leave
+    it out; 0 for never."""
 
     @property
     def shadow(self) -> bool:
@@ -430,7 +434,19 @@ class Config:
             log_interval=_interval("COSTSCHED_LOG_INTERVAL", get("COSTSCHED_LOG_INTERVAL")),
             commit_interval=_interval("COSTSCHED_COMMIT_INTERVAL", get("COSTSCHED_COMMIT_INTERVAL")),
             store_records=get_bool(settings, "COSTSCHED_STORE_RECORDS"),
+            unlinked_periods=_periods("COSTSCHED_UNLINKED_PERIODS", get("COSTSCHED_UNLINKED_PERIODS")),
         )
+
+
+def _periods(name: str, value: Any) -> int:
+    """A whole number of budget periods, 0 or more (from the command line, a string)."""
+    try:
+        periods = int(value)
+    except (TypeError, ValueError, OverflowError):
+        periods = -1
+    if isinstance(value, bool) or periods < 0 or (isinstance(value, float) and value != periods):
+        raise _invalid(name, value, "a whole number of budget periods, 0 for never")
+    return periods
 
 
 def _interval(name: str, value: Any) -> float:

@@ -47,6 +47,7 @@ from scrapy_costsched.model.scoring import Candidate
 from scrapy_costsched.model.validators import validator_stayed, verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import (
+    MAX_TRACKED_OUTLINKS,
     MeanBytes,
     PageState,
     Summary,
@@ -230,6 +231,8 @@ class Tracker:
         self._yielded: dict[str, int] = {}
         # This run's item records by host, each with the first page that recorded it (:meth:`_note_same_record`).
         self._records: dict[tuple[str, str], str] = {}
+        # The hash() of every page the spider yielded a request for in this run (:meth:`linked`).
+        self._linked: set[int] = set()
         self._said: set[tuple[str, str]] = set()  # what _log_once said in this run
         # Bytes of answers whose visit is not observed yet, by page: recorded with the observation.
         self._unrecorded_bytes: dict[str, list[tuple[bool, float]]] = {}
@@ -507,6 +510,7 @@ class Tracker:
         self._hops.clear()
         self._instant_refreshes.clear()
         self._records.clear()
+        self._linked.clear()
         self._media_pages.clear()
         self._media_urls_of.clear()
         self._media_sizes.clear()
@@ -905,7 +909,9 @@ class Tracker:
         Pages without a stored template (their callback is not a spider method) are
         noted in :attr:`yield_only`: only the spider can yield them. Pages found deeper
         than ``DEPTH_LIMIT`` are left out: re-issued, they would be dropped (a lowered
-        limit had them fill plans that leftover rounds then made up for).
+        limit had them fill plans that leftover rounds then made up for). So are pages
+        no request was seen for in ``COSTSCHED_UNLINKED_PERIODS`` since a page stopped
+        linking to them (:meth:`_note_unlinked`).
         """
         result: list[Candidate] = []
         append = result.append
@@ -915,11 +921,15 @@ class Tracker:
         costs: dict[str, _GroupCosts] = {}
         new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
-        too_deep = 0
+        too_deep = unlinked_out = 0
+        unlinked_periods = self.config.unlinked_periods
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
-             full_bytes, redirected, depth) = row
+             full_bytes, redirected, depth, unlinked) = row
             if not_before is not None and not_before > now:
+                continue
+            if unlinked is not None and unlinked_periods and now >= self._periods_after(unlinked, unlinked_periods):
+                unlinked_out += 1
                 continue
             if depth is not None and depth > self.depth_limit:
                 self.too_deep.add(key)
@@ -962,6 +972,8 @@ class Tracker:
                              rate_low, rate_high, hub))
         if too_deep:
             self.stats.inc_value("costsched/plan/depth_limit", too_deep)
+        if unlinked_out:
+            self.stats.inc_value("costsched/plan/unlinked", unlinked_out)
         return result
 
     def _own_costs(self, costs: _GroupCosts, full_bytes: float) -> tuple[float, float | None]:
@@ -1493,9 +1505,11 @@ class Tracker:
         if request.url in visit.outlinks:
             return
         visit.outlinks.add(request.url)
+        key = self.fingerprint(request)
+        visit.linked_pages.add(key)
         page_type = request.meta.get("costsched_page_type")
         visit.outlinks_by_type[page_type] += 1
-        if not self.pages.known(self.fingerprint(request)):
+        if not self.pages.known(key):
             visit.new_links += 1
             visit.new_link_types.add(page_type)
 
@@ -1695,6 +1709,8 @@ class Tracker:
                 if page.record_kind == "items" and page.record is not None and not visit.redirected:
                     self._note_same_record(key, page)
                 page.items = stored_items  # replaced by full visits only: a 304 confirms the stored items
+                if not visit.redirected:
+                    self._note_unlinked(page, visit)
                 self.stats.inc_value(f"costsched/{outcome}")
                 # A baseline or re-baseline compares nothing: its fields may differ by configuration.
                 self._check_fields(key, page, visit, previous_fields if outcome in ("changed", "unchanged") else None,
@@ -1707,6 +1723,44 @@ class Tracker:
         if self._since_commit >= self.config.commit_every or (
                 self.config.commit_interval and time.monotonic() - self._committed_at >= self.config.commit_interval):
             self.commit()
+
+    def linked(self, key: str) -> None:
+        """The spider yielded a request for page *key* (a link, a start request): a page marked unlinked is not.
+
+        Cheap for the rest: a known page's profile says whether it is marked, so it is not read.
+        """
+        if not self.config.unlinked_periods:
+            return
+        # hash() rather than the fingerprint: half the memory, and a collision only spares a page its mark.
+        self._linked.add(hash(key))
+        profile = self.pages.profile(key)
+        if profile.unlinked is None if profile is not None else self.pages.indexed:
+            return  # not marked, or not known (every known page has a profile once indexed)
+        page = self.pages.get(key)
+        if page is not None and page.unlinked_since is not None:
+            page.unlinked_since = None
+            self.pages.changed(key, page)
+            self.stats.inc_value("costsched/relinked")
+
+    def _note_unlinked(self, page: PageState, visit: Visit) -> None:
+        """Mark the pages *page* linked to at its last full visit and no longer does, unless a request for them was
+        seen in this run: ``COSTSCHED_UNLINKED_PERIODS`` later, plans leave them out (a page "unlinked for N periods"
+        is gone, as Nutch's scoring-orphan plugin marks a page gone 30 days after its last inlink). Nutch sees every
+        inlink at each update; a crawl under a budget visits few of a page's linkers, so a page that other, unvisited
+        pages still link to is marked too, and their next visit clears the mark, as any request for it does."""
+        if not self.config.unlinked_periods:
+            page.outlinks = None
+            return
+        previous, linked = page.outlinks, visit.linked_pages
+        page.outlinks = sorted(linked) if len(linked) <= MAX_TRACKED_OUTLINKS else None
+        for key in previous or ():
+            if key in linked or hash(key) in self._linked:
+                continue
+            dropped = self.pages.get(key)
+            if dropped is not None and dropped.unlinked_since is None:
+                dropped.unlinked_since = visit.time
+                self.pages.changed(key, dropped)
+                self.stats.inc_value("costsched/unlinked")
 
     def _note_same_record(self, key: str, page: PageState) -> None:
         """Say so when another page of the host recorded the very same items in this run: one page under two URLs,

@@ -13,7 +13,7 @@ import pytest
 
 from scrapy_costsched.learner import DAY
 from tests.helpers import read_state
-from tests.newssite import NewsSite, news_report, run_news
+from tests.newssite import NewsSite, costsched_state, news_report, run_news
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -166,3 +166,42 @@ def test_a_section_whose_list_turns_over_between_visits_is_learned_to_saturate(t
     for s in (1, 2):
         assert max(new_on[s]) < 4
         assert sections[s][3] == 0
+
+
+def test_articles_no_section_lists_any_more_are_left_out_after_the_unlinked_periods(tmp_path: Path) -> None:
+    """With ``COSTSCHED_UNLINKED_PERIODS = 2``, an article that scrolled off its section's list is marked at the
+    section's next visit and left out of the plans from the second period after: the budget pays for every known
+    page, yet those are not fetched, while the articles listed lately still are. A request for one of them (a
+    start URL here) brings it back to the next plan."""
+    settings = {"COSTSCHED_UNLINKED_PERIODS": 2}
+    with NewsSite(tmp_path / "clock", horizon_days=9, per_page=4) as site:
+        last_listed: dict[int, int] = {}
+        left_out: set[int] = set()
+        relinked: set[int] = set()
+        for day in range(8):
+            site.set_day(day)
+            site.reset_counts()
+            if day == 6:
+                relinked = set(sorted(left_out)[:1])
+            result = run_news(site, tmp_path / "crawl", budget=10_000, settings=settings, tag=f"day{day}",
+                              spider_args={"articles": ",".join(f"/article/{aid}" for aid in relinked)}
+                              if day == 6 else None)
+            assert result.returncode == 0, result.log[-3000:]
+            listed = {a.id for s in range(site.sections) for a in site.listing_at(s, site.now())}
+            last_listed.update(dict.fromkeys(listed, day))
+            fetched = {aid for aid in last_listed if site.hits.get(f"/article/{aid}")}
+            left_out = {aid for aid, last in last_listed.items() if last <= day - 3}
+            if day == 7:
+                left_out -= relinked
+            print(f"day {day}: {len(listed)} listed, {len(left_out)} left out, {len(fetched)} fetched")
+            assert fetched == set(last_listed) - left_out, f"day {day}"
+            assert result.stats.get("costsched/plan/unlinked", 0) == len(left_out), f"day {day}"
+            assert result.stats.get("costsched/relinked", 0) == (1 if day == 6 else 0), f"day {day}"
+            if day >= 3:
+                assert f"{len(left_out)} known pages left out of the plan: no request for them" in result.log
+        assert relinked <= fetched
+        state = str(tmp_path / "crawl" / "state.sqlite")
+        shown = costsched_state(site, "show", f"{site.url}/article/{min(left_out)}", "--state", state,
+                                "-s", "COSTSCHED_UNLINKED_PERIODS=2").stdout
+        assert re.search(r"^next index +none: unlinked for 2 budget periods or more", shown, re.MULTILINE), shown
+        assert re.search(r"; unlinked since \S+ \(\d\.\d days ago\): a page that linked to it no longer does", shown), shown

@@ -27,6 +27,12 @@ def test_defaults_are_shadow_mode_with_request_billing() -> None:
     assert cfg.budget_period == 86400.0
     assert cfg.objective == "freshness"
     assert cfg.value_tiers["high"] > cfg.value_tiers["normal"] > cfg.value_tiers["low"]
+    assert cfg.unlinked_periods == 0  # a page no page links to any more is kept, as without the add-on
+
+
+@pytest.mark.parametrize(("value", "expected"), [(7, 7), ("7", 7), (7.0, 7), (0, 0), ("0", 0)])
+def test_unlinked_periods_are_a_whole_number(value: object, expected: int) -> None:
+    assert config(COSTSCHED_UNLINKED_PERIODS=value).unlinked_periods == expected
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -91,6 +97,10 @@ def test_durations(value: object, seconds: float) -> None:
     ("COSTSCHED_MAXSIZE", ["product"], "COSTSCHED_MAXSIZE"),
     ("COSTSCHED_MAX_RETRY_AFTER", -5, "COSTSCHED_MAX_RETRY_AFTER"),
     ("COSTSCHED_BLOCK_WAIT", "soon", "COSTSCHED_BLOCK_WAIT"),
+    ("COSTSCHED_UNLINKED_PERIODS", -1, "COSTSCHED_UNLINKED_PERIODS"),
+    ("COSTSCHED_UNLINKED_PERIODS", 2.5, "COSTSCHED_UNLINKED_PERIODS"),
+    ("COSTSCHED_UNLINKED_PERIODS", "a week", "COSTSCHED_UNLINKED_PERIODS"),
+    ("COSTSCHED_UNLINKED_PERIODS", True, "COSTSCHED_UNLINKED_PERIODS"),
 ])
 def test_every_bad_setting_stops_with_its_name(name: str, value: object, match: str) -> None:
     with pytest.raises(SettingError, match=match) as info:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,10 +17,11 @@ from scrapy_costsched.model import p_changed
 from scrapy_costsched.model.scoring import Candidate, score
 from scrapy_costsched.pages import PageState
 from scrapy_costsched.storage import SCHEMA_VERSION, SqliteDictStorage
-from tests.helpers import PROJECT, ROOT, read_state
-from tests.newssite import NEWS_PROJECT, NewsSite, run_news
+from tests.helpers import read_state
+from tests.newssite import NewsSite, costsched_state, run_news
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
     from pathlib import Path
 
@@ -48,20 +46,6 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NewsSite
             assert result.returncode == 0, result.log[-3000:]
         site.set_day(2)
         yield site, tmp / "crawl" / "state.sqlite"
-
-
-def costsched_state(site: NewsSite, *args: str, ok: bool = True, stdin: str | None = None,
-                    ) -> subprocess.CompletedProcess[str]:
-    """``scrapy costsched-state ARGS --spider news`` in the news project, on the site's clock."""
-    env = {name: value for name, value in os.environ.items() if name != "SCRAPY_SETTINGS_MODULE"}
-    env["DEMO_CLOCK_FILE"] = str(site.clock_file)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(PROJECT)])
-    proc = subprocess.run([sys.executable, "-m", "scrapy", "costsched-state", *args, "--spider", "news"],
-                          cwd=NEWS_PROJECT, env=env, input=stdin, capture_output=True, text=True, timeout=120,
-                          check=False)
-    if ok:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

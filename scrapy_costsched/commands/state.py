@@ -249,6 +249,8 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "bytes": {name: None if mean is None else {"mean": mean.mean, "count": mean.count}
                   for name, mean in (("full", page.full_bytes), ("not_modified", page.not_modified_bytes))},
         "not_before": _moment(page.not_before, now),
+        "unlinked_since": _moment(page.unlinked_since, now),
+        "unlinked_periods": config.unlinked_periods,
         "host_paused_until": _moment(real_now + pause, real_now) if pause > 0 else None,
         "host_paused_because": tracker.health.pause_reason(page.host) if pause > 0 else None,
         "template": None if template is None else {
@@ -291,7 +293,12 @@ def render(page: dict[str, Any]) -> str:
     else:
         rate_text = f"{rate['rate']:.4g} changes a day (no estimate yet: its group's prior median)"
     cost = page["cost"]
-    if page["index"] is None:
+    unlinked = page["unlinked_since"]
+    if page["index"] is None and unlinked is not None and page["unlinked_periods"]:
+        index_text = (f"none: unlinked for {page['unlinked_periods']} budget periods or more "
+                      "(COSTSCHED_UNLINKED_PERIODS); a link to it brings it back")
+        cost_text = "not planned now"
+    elif page["index"] is None:
         index_text = f"none: not a candidate before {_when(page['not_before'])}"
         cost_text = "not planned now"
     else:
@@ -325,6 +332,9 @@ def render(page: dict[str, Any]) -> str:
         refusals = page["refused_in_a_row"]
         visits_text += (f"; refused before download {refusals} time{'s' if refusals > 1 else ''} in a row (robots.txt, "
                         "offsite rules or a downloader middleware): planned at half its worth per refusal")
+    if unlinked is not None:
+        visits_text += (f"; unlinked since {_when(unlinked)}: a page that linked to it no longer does, and no request "
+                        "for it was seen since")
     p_changed = page["p_changed"]
     validators = page["validators"]
     lines = [

@@ -11,6 +11,7 @@ Arguments (``-a name=value``):
 * ``chain=1``: an article's body comes from a second request, chained with the page's meta to
   ``/moved/<id>``, which the site redirects back to the article.
 * ``offsite=1``: also follow the front page's link to another host (``allowed_domains`` keeps it out).
+* ``articles=/article/3,/article/9``: article paths to start from too, as a user adds URLs to ``start_urls``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import scrapy
 from ..items import Article
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from scrapy.http import Response
 
@@ -59,7 +60,7 @@ class NewsSpider(scrapy.Spider):
     allowed_domains = ["127.0.0.1"]
 
     def __init__(self, site: str = "", callbacks: str = "methods", chain: str = "0", offsite: str = "0",
-                 **kwargs: Any) -> None:
+                 articles: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not site:
             raise ValueError("the news spider needs -a site=URL")
@@ -69,6 +70,13 @@ class NewsSpider(scrapy.Spider):
         self.lambdas = callbacks == "lambda"
         self.chain = _flag(chain)
         self.offsite = _flag(offsite)
+        self.articles = [site.rstrip("/") + path for path in articles.split(",") if path]
+
+    async def start(self) -> AsyncIterator[Any]:
+        async for request in super().start():
+            yield request
+        for url in self.articles:
+            yield scrapy.Request(url, callback=self.parse_article, meta={"costsched_page_type": "article"})
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
         """The front page: one request per section."""
