@@ -922,13 +922,12 @@ class Tracker:
         new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
         too_deep = unlinked_out = 0
-        unlinked_periods = self.config.unlinked_periods
         for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
              full_bytes, redirected, depth, unlinked) = row
             if not_before is not None and not_before > now:
                 continue
-            if unlinked is not None and unlinked_periods and now >= self._periods_after(unlinked, unlinked_periods):
+            if unlinked is not None and self.left_unlinked(unlinked, now):
                 unlinked_out += 1
                 continue
             if depth is not None and depth > self.depth_limit:
@@ -1741,6 +1740,12 @@ class Tracker:
             page.unlinked_since = None
             self.pages.changed(key, page)
             self.stats.inc_value("costsched/relinked")
+
+    def left_unlinked(self, unlinked_since: float | None, now: float) -> bool:
+        """Whether a page unlinked since *unlinked_since* (:attr:`PageState.unlinked_since`) is out of plans at *now*:
+        gone, as the design counts "unlinked for N periods" (``COSTSCHED_UNLINKED_PERIODS``)."""
+        periods = self.config.unlinked_periods
+        return unlinked_since is not None and periods > 0 and now >= self._periods_after(unlinked_since, periods)
 
     def _note_unlinked(self, page: PageState, visit: Visit) -> None:
         """Mark the pages *page* linked to at its last full visit and no longer does, unless a request for them was

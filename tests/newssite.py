@@ -452,11 +452,11 @@ def news_env(site: NewsSite) -> dict[str, str]:
     return env
 
 
-def news_report(site: NewsSite, workdir: Path, *, budget: float) -> dict[str, Any]:
+def news_report(site: NewsSite, workdir: Path, *, budget: float, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """``scrapy costsched-report --json`` on ``workdir/state.sqlite`` at *site*'s current time, for a budget of
-    *budget* (what the next ``run_news`` with it would plan)."""
+    *budget* (what the next ``run_news`` with it, and *settings*, would plan)."""
     cmd = [sys.executable, "-m", "scrapy", "costsched-report", "--spider", "news", "--json",
-           "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", *crawl_options(budget, None, None)]
+           "-s", f"COSTSCHED_STATE={workdir / 'state.sqlite'}", *crawl_options(budget, settings, None)]
     proc = subprocess.run(cmd, cwd=NEWS_PROJECT, env=news_env(site), capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -200,6 +200,10 @@ def test_articles_no_section_lists_any_more_are_left_out_after_the_unlinked_peri
             if day >= 3:
                 assert f"{len(left_out)} known pages left out of the plan: no request for them" in result.log
         assert relinked <= fetched
+        # Gone in the report: out of the live pages and their freshness.
+        dataset = news_report(site, tmp_path / "crawl", budget=10_000, settings=settings)["dataset"]
+        assert dataset["unlinked"] == len(left_out)
+        assert dataset["live"] == dataset["pages"] - dataset["gone"] == len(last_listed) - len(left_out) + 1 + site.sections
         state = str(tmp_path / "crawl" / "state.sqlite")
         shown = costsched_state(site, "show", f"{site.url}/article/{min(left_out)}", "--state", state,
                                 "-s", "COSTSCHED_UNLINKED_PERIODS=2").stdout

@@ -312,7 +312,7 @@ def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
     url = "http://127.0.0.1/search"
     form = "POST 'q=storm&page=2'"
     report = Report(state="s", unit="requests", generated_at=None, periods=[], totals=Figures(), hosts=[],
-                    page_types=[], dataset=Dataset(pages=3, live=1, gone=2, moved=1),
+                    page_types=[], dataset=Dataset(pages=4, live=1, gone=3, moved=1, unlinked=1),
                     wasteful_pages=[PageRow(url, "127.0.0.1", "search", 4, 0, 4.0, 0.1, form),
                                     PageRow(url + "/old", "127.0.0.1", "search", 2, 0, 2.0, 0.1, None, url)],
                     next_plan=[PlannedPage(url, 1.0, 1.0, 1.0, 0.1, 1.0, False, form)], next_plan_at=None,
@@ -321,7 +321,9 @@ def test_a_form_s_pages_and_moved_pages_are_shown_for_what_they_are() -> None:
     assert dom.css("table#wasteful-pages td.url span.form::text").get() == form
     assert dom.css("table#wasteful-pages td.url span.moved::text").getall() == [f"moved to {url}"]
     assert dom.css("table#next-plan td.url span.form::text").get() == form
-    assert "2 (1 moved)" in dom.css("table#dataset td::text").getall()
+    assert "3 (1 moved) (1 no longer linked)" in dom.css("table#dataset td::text").getall()
+    assert "3 gone (1 of them moved; 1 of them no longer linked (COSTSCHED_UNLINKED_PERIODS))" in \
+        " ".join(render_terminal(report).split())
 
 
 def test_the_scout_and_where_the_budget_ends_are_shown_in_the_next_plan() -> None:

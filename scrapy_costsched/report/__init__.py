@@ -254,6 +254,8 @@ class Dataset:
     refused: int = 0
     """Of the pages gone, those retired because their attempts were refused before download (robots.txt, offsite
     rules or a downloader middleware)."""
+    unlinked: int = 0
+    """Of the pages gone, those plans leave out because no page links to them any more (``COSTSCHED_UNLINKED_PERIODS``)."""
     missing: int = 0
     """Of the live pages, those not found since their last visit (a 404, or a visit without the items they used to
     yield) and not retired yet: their records are out of date, stale whatever their rate."""
@@ -336,7 +338,7 @@ def build_report(tracker: Tracker, state: str, *, last_periods: int | None = Non
         totals=Figures.of(c for _, _, c in groups),
         hosts=_hosts(tracker.hosts, groups, pages, now),
         page_types=_page_types(groups, pages),
-        dataset=_dataset(pages, tracker.value_of, rate_of, now),
+        dataset=_dataset(pages, tracker.value_of, rate_of, tracker.left_unlinked, now),
         wasteful_pages=[
             PageRow(p.url, p.host, p.page_type, p.visits, p.changes, p.no_change_cost,
                     p.estimate.rate if p.estimate else None, p.form, p.moved_to)
@@ -443,14 +445,16 @@ def _page_types(groups: list[tuple[str, str, dict[str, float]]], pages: list[Pag
 
 
 def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rate_of: Callable[[PageState], float],
-             now: float) -> Dataset:
+             left_unlinked: Callable[[float | None, float], bool], now: float) -> Dataset:
     dataset = Dataset(pages=len(pages))
     weighted = total_value = 0.0
     for page in pages:
-        if page.gone:
+        unlinked = not page.gone and left_unlinked(page.unlinked_since, now)
+        if page.gone or unlinked:
             dataset.gone += 1
             dataset.moved += page.moved_to is not None
             dataset.refused += page.moved_to is None and page.refusals > 0
+            dataset.unlinked += unlinked
             continue
         dataset.live += 1
         if page.last_visit is None:

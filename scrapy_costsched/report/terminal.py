@@ -217,6 +217,8 @@ def _gone_causes(data: Dataset) -> str:
     if data.refused:
         causes.append(f"{data.refused} of them refused before download by robots.txt, offsite rules or a downloader "
                       "middleware")
+    if data.unlinked:
+        causes.append(f"{data.unlinked} of them no longer linked (COSTSCHED_UNLINKED_PERIODS)")
     return f" ({'; '.join(causes)})" if causes else ""
 
 
