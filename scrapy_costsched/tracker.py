@@ -1724,9 +1724,10 @@ class Tracker:
             self.commit()
 
     def linked(self, key: str) -> None:
-        """The spider yielded a request for page *key* (a link, a start request): a page marked unlinked is not.
+        """The spider yielded a request for page *key* (a link, a start request): if the page was marked unlinked,
+        it is linked again.
 
-        Cheap for the rest: a known page's profile says whether it is marked, so it is not read.
+        Cheap for the other pages: a known page's profile says whether it is marked, so it is not read.
         """
         if not self.config.unlinked_periods:
             return
