@@ -1505,7 +1505,8 @@ class Tracker:
             return
         visit.outlinks.add(request.url)
         key = self.fingerprint(request)
-        visit.linked_pages.add(key)
+        if self.config.unlinked_periods:
+            visit.linked_pages.add(key)
         page_type = request.meta.get("costsched_page_type")
         visit.outlinks_by_type[page_type] += 1
         if not self.pages.known(key):

@@ -73,7 +73,7 @@ class Visit:
     item_keys: dict[str, str] = field(default_factory=dict)
     outlinks: set[str] = field(default_factory=set)
     linked_pages: set[str] = field(default_factory=set)
-    """The fingerprints of the outlinks: the pages this visit links to."""
+    """The fingerprints of the outlinks (kept with ``COSTSCHED_UNLINKED_PERIODS``): the pages this visit links to."""
     new_links: int = 0
     """Outlinks to pages the crawl did not know before this visit (what a hub reveals)."""
     outlinks_by_type: Counter[str | None] = field(default_factory=Counter)

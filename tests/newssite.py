@@ -485,11 +485,8 @@ def run_news(site: NewsSite, workdir: Path, *, budget: float | None = None, sett
 def costsched_state(site: NewsSite, *args: str, ok: bool = True, stdin: str | None = None,
                     ) -> subprocess.CompletedProcess[str]:
     """``scrapy costsched-state ARGS --spider news`` in the news project, on the site's clock."""
-    env = {name: value for name, value in os.environ.items() if name != "SCRAPY_SETTINGS_MODULE"}
-    env["DEMO_CLOCK_FILE"] = str(site.clock_file)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(PROJECT)])
     proc = subprocess.run([sys.executable, "-m", "scrapy", "costsched-state", *args, "--spider", "news"],
-                          cwd=NEWS_PROJECT, env=env, input=stdin, capture_output=True, text=True, timeout=120,
+                          cwd=NEWS_PROJECT, env=news_env(site), input=stdin, capture_output=True, text=True, timeout=120,
                           check=False)
     if ok:
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -449,12 +449,14 @@ def _dataset(pages: list[PageState], value_of: Callable[[PageState], float], rat
     dataset = Dataset(pages=len(pages))
     weighted = total_value = 0.0
     for page in pages:
-        unlinked = not page.gone and left_unlinked(page.unlinked_since, now)
-        if page.gone or unlinked:
+        if page.gone:
             dataset.gone += 1
             dataset.moved += page.moved_to is not None
             dataset.refused += page.moved_to is None and page.refusals > 0
-            dataset.unlinked += unlinked
+            continue
+        if left_unlinked(page.unlinked_since, now):
+            dataset.gone += 1
+            dataset.unlinked += 1
             continue
         dataset.live += 1
         if page.last_visit is None:
