@@ -35,9 +35,11 @@ TABLE = "costsched"
 #: Page summaries: ``n`` items of JSON scalars in columns ``c0``.. (booleans come back as 0 or 1),
 #: or, for a summary with a list, a dict or more items, its JSON text in ``json``.
 PLAN_TABLE = "costsched_plan"
-#: Summary items that get a column each. A column added later is added to an older table when a crawl opens
-#: it (older versions read the columns they know), and a reader takes the columns a table has.
-PLAN_COLUMNS = 14
+#: Summary items that get a column each: as many as a page's summary has (:class:`~.pages.Summary`), or every
+#: summary would go to ``json``, which planning decodes row by row. A column added later is added to an older
+#: table when a crawl opens it (older versions read the columns they know), and a reader takes the columns a
+#: table has.
+PLAN_COLUMNS = 15
 _PLAN_FIELDS = ("key", "n", "json", *(f"c{i}" for i in range(PLAN_COLUMNS)))
 #: Rows fetched at a time when iterating over pages or summaries.
 READ_CHUNK = 4096
