@@ -77,9 +77,11 @@ _BYTE_UNITS = {
 }
 _COUNT_UNITS = {"": 1.0, "k": 1e3, "m": 1e6}
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-#: A ``%(key)s`` placeholder in ``COSTSCHED_STATE``, as Scrapy's ``FEEDS`` URIs have them; ``%(name)s``
-#: (the spider's name) is the one a state path may hold.
+#: A ``%(key)s`` placeholder in ``COSTSCHED_STATE``, as Scrapy's ``FEEDS`` URIs have them: ``%(name)s`` (the
+#: spider's name) or another of the spider's attributes (a ``-a`` argument).
 STATE_PLACEHOLDER = re.compile(r"%\((\w*)\)s")
+#: ``FEEDS`` placeholders a state path may not hold: a state is the same file at every run.
+_PER_RUN_PLACEHOLDERS = frozenset({"time", "batch_time", "batch_id"})
 
 
 class SettingError(ValueError):
@@ -394,10 +396,11 @@ class Config:
         state = get("COSTSCHED_STATE")
         if state is not None and (not isinstance(state, str) or not state):
             raise _invalid("COSTSCHED_STATE", state, "a file path or a sqlite:///path URI")
-        unknown = sorted({f"%({name})s" for name in STATE_PLACEHOLDER.findall(state or "")} - {"%(name)s"})
-        if unknown:
-            raise _invalid("COSTSCHED_STATE", state, "a path whose only placeholder is %(name)s, the spider's name "
-                           f"(not {', '.join(unknown)}): a state is the same file at every run")
+        per_run = sorted({f"%({name})s" for name in STATE_PLACEHOLDER.findall(state or "")
+                          if name in _PER_RUN_PLACEHOLDERS or not name})
+        if per_run:
+            raise _invalid("COSTSCHED_STATE", state, "a path whose placeholders are %(name)s, the spider's name, and "
+                           f"its attributes (not {', '.join(per_run)}): a state is the same file at every run")
         if isinstance(state, str) and state.startswith("redis://"):
             raise SettingError(
                 f"COSTSCHED_STATE ({state!r}): the Redis store is not available in this version; "

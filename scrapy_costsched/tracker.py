@@ -31,7 +31,7 @@ from w3lib.url import safe_url_string
 
 from scrapy_costsched.accounts import NO_CHANGE, Accounts
 from scrapy_costsched.billing import BILLS_EXPLICIT_PRICES, BillingModel
-from scrapy_costsched.commands import spider_state
+from scrapy_costsched.commands import spider_state, state_attributes
 from scrapy_costsched.errors import stop_crawl
 from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date, parse_last_modified, parse_retry_after
 from scrapy_costsched.health import Health
@@ -325,7 +325,8 @@ class Tracker:
         if self.store is not None:
             return
         started = time.perf_counter()
-        state = spider_state(self.config.state, self.spider.name, createdir=True)
+        state = spider_state(self.config.state, self.spider.name, createdir=True,
+                             attributes=state_attributes(self.config.state, self.spider))
         store = storage_from_uri(state)
         new = not Path(state.removeprefix("sqlite:///")).exists()
         store.open()

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_costsched.commands import spider_state
+from scrapy_costsched.commands import spider_state, state_attributes
+from scrapy_costsched.storage import StateError
 from tests.helpers import ROOT
 
 if TYPE_CHECKING:
@@ -125,6 +126,23 @@ def test_a_spiders_state_is_one_file_any_system_can_name(tmp_path: Path, monkeyp
     assert spider_state(None, spider) == str(tmp_path / ".scrapy" / "costsched" / file_name)
     assert spider_state("sqlite:////var/crawls/%(name)s.sqlite", spider) == f"sqlite:////var/crawls/{file_name}"
     assert spider_state("/var/crawls/all.sqlite", spider) == "/var/crawls/all.sqlite"
+
+
+def test_a_state_path_takes_the_spiders_attributes_and_arguments() -> None:
+    """Any other ``%(key)s`` is the spider's attribute *key*, a ``-a`` argument over the class's: one file per job."""
+
+    class Shop:
+        name = "shop"
+        region = "eu"
+        pages = 3
+
+    setting = "/var/crawls/%(name)s-%(region)s-%(category)s-%(pages)s.sqlite"
+    attributes = state_attributes(setting, Shop, {"category": "shoes/kids", "other": "x"})
+    assert attributes == {"region": "eu", "pages": 3, "category": "shoes/kids"}
+    assert spider_state(setting, "shop", attributes=attributes) == "/var/crawls/shop-eu-shoes_kids-3.sqlite"
+    with pytest.raises(StateError, match=r"has %\(category\)s, and the spider shop has no category attribute "
+                                         r"\(a string or a number\) to fill it with: give -a category=VALUE"):
+        spider_state(setting, "shop", attributes=state_attributes(setting, Shop))
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -258,6 +258,47 @@ def test_a_state_path_with_the_spiders_name_gives_each_spider_a_file_of_its_own(
     assert last_line.endswith("name the spider (--spider NAME) or the state (--state PATH)")
 
 
+def test_a_state_path_with_a_spider_argument_gives_each_job_a_file_of_its_own(site: NewsSite, tmp_path: Path) -> None:
+    """One spider run as one job per section (``-a section=N``, read with ``getattr`` as in Scrapy's tutorial) and
+    ``COSTSCHED_STATE = ".../%(name)s-%(section)s.sqlite"``, as a ``FEEDS`` URI takes a spider's attributes: each job
+    has its own state and budget, and its later runs plan its own section's pages only (with one state, each job's
+    plan re-issued the other's pages). A run without the argument stops with one line, as do the commands, which
+    take ``-a`` as the crawl does."""
+    states = tmp_path / "states"
+    per_job = {"COSTSCHED_STATE": str(states / "%(name)s-%(section)s.sqlite")}
+    for day in (0, 1):
+        site.set_day(day)
+        for section in (0, 1):
+            result = run_news(site, tmp_path / "crawl", budget=40, settings=per_job, spider_args={"section": section},
+                              tag=f"s{section}-day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            verb = "new state" if day == 0 else "continuing state"
+            assert f"costsched: {verb} {states / f'news-{section}'}.sqlite" in result.log, result.log[-3000:]
+            assert result.items
+            assert {item["section"] for item in result.items} == {section}
+            assert result.stats["costsched/visits"] > 0
+    assert sorted(path.name for path in states.iterdir() if path.suffix == ".sqlite") == ["news-0.sqlite",
+                                                                                         "news-1.sqlite"]
+    unnamed = run_news(site, tmp_path / "crawl", budget=40, settings=per_job, tag="no-section")
+    assert unnamed.returncode != 0
+    assert re.search(r"CRITICAL: COSTSCHED_STATE \(.*\) has %\(section\)s, and the spider news has no section "
+                     r"attribute .*: give -a section=VALUE, as to its crawl", unnamed.log), unnamed.log[-3000:]
+    assert not unnamed.stats.get("downloader/request_count")
+    report = [sys.executable, "-m", "scrapy", "costsched-report", "--spider", "news", "-s",
+              f"COSTSCHED_STATE={per_job['COSTSCHED_STATE']}"]
+    for section in (0, 1):
+        named = subprocess.run([*report, "-a", f"section={section}"], cwd=NEWS_PROJECT, env=news_env(site),
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert named.returncode == 0, named.stderr[-3000:]
+        assert named.stdout.startswith(f"costsched report for {states / f'news-{section}.sqlite'}\n"), named.stdout[:500]
+    missing = subprocess.run(report, cwd=NEWS_PROJECT, env=news_env(site), capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines()[-1].endswith(
+        "has no section attribute (a string or a number) to fill it with: give -a section=VALUE, as to its crawl, "
+        "or set the attribute in the spider"), missing.stderr[-2000:]
+
+
 def test_components_without_the_scheduler_say_that_nothing_is_recorded(site: NewsSite, tmp_path: Path) -> None:
     """The middlewares and the pipeline set by hand without ``CostAwareScheduler`` record no visit: the run
     says so once, at start, and closes without Scrapy's deprecation of signal handlers returning Deferreds."""

@@ -86,7 +86,8 @@ def test_durations(value: object, seconds: float) -> None:
     ("COSTSCHED_COMMIT_INTERVAL", "often", "COSTSCHED_COMMIT_INTERVAL"),
     ("COSTSCHED_STATE", "redis://localhost", "COSTSCHED_STATE"),
     ("COSTSCHED_STATE", "/var/crawls/%(name)s-%(time)s.sqlite",
-     r"COSTSCHED_STATE .* is invalid: it must be a path whose only placeholder is %\(name\)s, .*\(not %\(time\)s\)"),
+     (r"COSTSCHED_STATE .* is invalid: it must be a path whose placeholders are %\(name\)s, the spider's name, and "
+      r"its attributes \(not %\(time\)s\): a state is the same file at every run")),
     ("COSTSCHED_BILLED_STATUSES", ["2xx"], "COSTSCHED_BILLED_STATUSES"),
     ("COSTSCHED_BILLED_STATUSES", ["399-200"], "COSTSCHED_BILLED_STATUSES"),
     ("COSTSCHED_BILLED_STATUSES", {"a": 1}, "COSTSCHED_BILLED_STATUSES"),

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import NotConfigured, UsageError
+from scrapy.utils.conf import arglist_to_dict
 from scrapy.utils.misc import load_object
 from scrapy.utils.project import data_path
 
@@ -22,7 +23,9 @@ from scrapy_costsched.storage import StateError, storage_from_uri
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping
 
+    from scrapy import Spider
     from scrapy.settings import Settings
     from scrapy.spiderloader import SpiderLoaderProtocol
 
@@ -54,13 +57,37 @@ def default_state(spider_name: str, createdir: bool = False) -> str:
             "project's directory.") from None
 
 
-def spider_state(setting: str | None, spider_name: str, createdir: bool = False) -> str:
-    """The state a crawl of *spider_name* opens: *setting* (``COSTSCHED_STATE``) with ``%(name)s`` made the
-    spider's name, as a ``FEEDS`` URI makes it, so one setting in ``settings.py`` gives every spider of a
-    project a file of its own; unset, :func:`default_state`."""
+def spider_state(setting: str | None, spider_name: str, createdir: bool = False,
+                 attributes: Mapping[str, Any] | None = None) -> str:
+    """The state a crawl of *spider_name* opens: *setting* (``COSTSCHED_STATE``) with its placeholders filled as a
+    ``FEEDS`` URI fills them: ``%(name)s`` the spider's name, so one setting in ``settings.py`` gives every spider
+    of a project a file of its own, and any other ``%(key)s`` the spider's attribute *key* (from *attributes*),
+    such as a ``-a category=shoes`` argument, so each job of one spider over part of a site has one; unset,
+    :func:`default_state`."""
     if setting is None:
         return default_state(spider_name, createdir)
-    return STATE_PLACEHOLDER.sub(lambda _: _file_safe(spider_name), setting)
+
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key == "name":
+            return _file_safe(spider_name)
+        value = (attributes or {}).get(key)
+        if not isinstance(value, (str, int, float)):
+            raise StateError(f"COSTSCHED_STATE ({setting!r}) has %({key})s, and the spider {spider_name} has no "
+                             f"{key} attribute (a string or a number) to fill it with: give -a {key}=VALUE, as to "
+                             "its crawl, or set the attribute in the spider")
+        return _file_safe(str(value))
+
+    return STATE_PLACEHOLDER.sub(fill, setting)
+
+
+def state_attributes(setting: str | None, spider: object, arguments: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The attributes of *spider* (a spider, or its class) that *setting*'s placeholders name, *arguments* (``-a``)
+    over them: what :func:`spider_state` fills them with."""
+    names = set(STATE_PLACEHOLDER.findall(setting or "")) - {"name"}
+    found = {key: getattr(spider, key) for key in names if hasattr(spider, key)}
+    found.update((key, value) for key, value in (arguments or {}).items() if key in names)
+    return found
 
 
 def _file_safe(spider_name: str) -> str:
@@ -117,6 +144,9 @@ class StateCommand(ScrapyCommand):
         parser.add_argument("--spider", dest="spider_name", metavar="SPIDER",
                             help="the spider whose state to read (needed unless --state is given, or the "
                                  "project has a single spider)")
+        parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
+                            help="a spider argument, as given to its crawl: fills %%(NAME)s in COSTSCHED_STATE "
+                                 "(may be repeated)")
 
     def spider_loader(self) -> SpiderLoaderProtocol:
         """The project's spiders, loaded as ``scrapy crawl`` loads them."""
@@ -132,8 +162,8 @@ class StateCommand(ScrapyCommand):
             message += f" (to name the spider: --spider {args[0]})"
         return UsageError(message, print_help=False)
 
-    def spider_settings(self, opts: argparse.Namespace) -> tuple[Settings, str | None]:
-        """The settings a crawl of the chosen spider runs with, and that spider's name (if any)."""
+    def spider_settings(self, opts: argparse.Namespace) -> tuple[Settings, str | None, type[Spider] | None]:
+        """The settings a crawl of the chosen spider runs with, that spider's name and class (if any)."""
         assert self.settings is not None
         settings = self.settings.copy()
         loader = self.spider_loader()
@@ -142,17 +172,22 @@ class StateCommand(ScrapyCommand):
             names = loader.list()
             if len(names) == 1:
                 name = names[0]
-        if name is not None:
-            try:
-                spidercls = loader.load(name)
-            except KeyError:
-                raise UsageError(f"Spider not found: {name}", print_help=False) from None
-            spidercls.update_settings(settings)
-        return settings, name
+        if name is None:
+            return settings, None, None
+        try:
+            spidercls = loader.load(name)
+        except KeyError:
+            raise UsageError(f"Spider not found: {name}", print_help=False) from None
+        spidercls.update_settings(settings)
+        return settings, name, spidercls
 
     def target(self, opts: argparse.Namespace) -> Target:
         """The state to work on and the settings of the crawl that writes it."""
-        settings, name = self.spider_settings(opts)
+        try:
+            arguments = arglist_to_dict(opts.spargs)
+        except ValueError:
+            raise UsageError("Invalid -a value, use -a NAME=VALUE", print_help=False) from None
+        settings, name, spidercls = self.spider_settings(opts)
         try:
             config = Config.from_settings(settings)
         except SettingError as exc:
@@ -164,7 +199,9 @@ class StateCommand(ScrapyCommand):
                 return Target(config.state, config, settings)
             raise UsageError("name the spider (--spider NAME) or the state (--state PATH)", print_help=False)
         try:
-            return Target(spider_state(config.state, name), config, settings)
+            return Target(spider_state(config.state, name, attributes=state_attributes(config.state, spidercls,
+                                                                                        arguments)),
+                          config, settings)
         except StateError as exc:
             raise UsageError(str(exc), print_help=False) from None
 

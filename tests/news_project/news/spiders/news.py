@@ -12,6 +12,8 @@ Arguments (``-a name=value``):
   ``/moved/<id>``, which the site redirects back to the article.
 * ``offsite=1``: also follow the front page's link to another host (``allowed_domains`` keeps it out).
 * ``articles=/article/3,/article/9``: article paths to start from too, as a user adds URLs to ``start_urls``.
+* ``section=2``: crawl that section only, from its page rather than the front page (read with ``getattr``, as in
+  Scrapy's tutorial: one job of several over parts of the site).
 """
 
 from __future__ import annotations
@@ -66,15 +68,21 @@ class NewsSpider(scrapy.Spider):
             raise ValueError("the news spider needs -a site=URL")
         if callbacks not in ("methods", "lambda"):
             raise ValueError(f"callbacks must be 'methods' or 'lambda', got {callbacks!r}")
-        self.start_urls = [site.rstrip("/") + "/"]
+        self.site = site.rstrip("/")
+        self.start_urls = [self.site + "/"]
         self.lambdas = callbacks == "lambda"
         self.chain = _flag(chain)
         self.offsite = _flag(offsite)
         self.articles = [site.rstrip("/") + path for path in articles.split(",") if path]
 
     async def start(self) -> AsyncIterator[Any]:
-        async for request in super().start():
-            yield request
+        section = getattr(self, "section", None)
+        if section is None:
+            async for request in super().start():
+                yield request
+        else:
+            yield scrapy.Request(f"{self.site}/section/{section}", callback=self.parse_section,
+                                 meta={"costsched_page_type": "section"})
         for url in self.articles:
             yield scrapy.Request(url, callback=self.parse_article, meta={"costsched_page_type": "article"})
 
