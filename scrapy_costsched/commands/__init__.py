@@ -90,8 +90,9 @@ def state_attributes(setting: str | None, spider: object, arguments: Mapping[str
     return found
 
 
-def _file_safe(spider_name: str) -> str:
-    return _UNSAFE_IN_FILE_NAMES.sub("_", spider_name)
+def _file_safe(text: str) -> str:
+    """*text* (a spider's name, an attribute's value) as part of one file name on any system."""
+    return _UNSAFE_IN_FILE_NAMES.sub("_", text)
 
 
 @dataclass
