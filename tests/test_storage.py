@@ -116,8 +116,8 @@ def test_a_version_1_state_is_upgraded_with_its_summaries(tmp_path: Path) -> Non
 
 def test_a_plan_table_of_fewer_columns_is_read_and_widened_by_a_crawl(tmp_path: Path) -> None:
     """Summaries gained columns (whether the page's last answer came through a redirect, then the depth the spider
-    found the page at, then since when it is unlinked): a table written before has 12 (c0..c11). A reading command takes the columns it has; a crawl
-    adds the new ones and writes rows that use them."""
+    found the page at, then since when it is unlinked): a table written before has 12 (c0..c11). A reading command
+    takes the columns it has; a crawl adds the new ones and writes rows that use them."""
     path = tmp_path / "s.sqlite"
     old_row = [1.0, 0.5, "low", 0, 1, "x|t", None, 0.1, 0.9, None, None, 2718.5]
     store = SqliteDictStorage(path)
@@ -216,8 +216,6 @@ def test_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
 #: they spill into the file) and is killed before committing them: a crash mid-transaction.
 _KILLED_MID_TRANSACTION = """
 import os, signal, sys
-from scrapy_costsched.model import ChangeStats, RateEstimate
-from scrapy_costsched.pages import PageState, Summary
 from scrapy_costsched.storage import SqliteDictStorage
 store = SqliteDictStorage(sys.argv[1])
 store.open()
