@@ -70,6 +70,7 @@ class Learner:
         self.observed_groups: set[str] = set()
         #: Groups whose prior was dropped this run with their pages' histories (:meth:`record`).
         self.forgotten_groups: set[str] = set()
+        self._reshaped_types: set[str] = set()  # page types whose reshaped records were said this run
 
     def prior_of(self, group: str) -> RatePrior:
         """The group's prior; for a group too new or too small to have one, its host's, else the default.
@@ -99,6 +100,7 @@ class Learner:
         """
         kind = "items" if visit.item_hashes else "links"
         record = record_hash(visit.item_hashes if visit.item_hashes else visit.outlinks)
+        shape = record_hash(visit.item_shapes) if visit.item_shapes else None
         if page.record is None:
             outcome = "baseline"
         elif page.hash_config != self.hash_config or page.record_kind != kind or visit.redirected != page.redirected:
@@ -112,8 +114,9 @@ class Learner:
             interval_days = max(visit.time - (page.last_visit or visit.time), 0.0) / DAY
             modified_ago = None
             # A redirected answer's validators are its target's, and the target may not be the last visit's
-            # (a "deal of the day"): they neither date the change nor say anything of the host's.
-            if not visit.redirected:
+            # (a "deal of the day"): they neither date the change nor say anything of the host's. Nor do they
+            # when the items' fields changed (:meth:`_reshaped`).
+            if not visit.redirected and not (changed and self._reshaped(page, shape)):
                 modified_ago = self._audit_last_modified(page, visit, changed, interval_days)
                 self._audit_validators(page, visit, changed)
             observe(page.stats, interval_days, changed, self.half_life_days, modified_ago,
@@ -130,10 +133,29 @@ class Learner:
         page.last_modified, page.etag, page.redirected = visit.last_modified, visit.etag, visit.redirected
         page.item_hashes = sorted(visit.item_hashes)
         page.item_keys = dict(visit.item_keys)
-        page.hash_config = self.hash_config
+        page.hash_config, page.record_shape = self.hash_config, shape
         page.last_visit = visit.time
         page.visits += 1
         return outcome
+
+    def _reshaped(self, page: PageState, shape: str | None) -> bool:
+        """Whether the page's items have other fields (or types) than its last record's, said once per page type.
+
+        That is the spider's code more often than the page: a field added to the items makes every page's next
+        full answer differ while its validator stays, which read as a contradiction took each host's ETags and
+        Last-Modified dates for false (a trial's JSON API lost its 304s for days, with a warning that its ETags
+        lied). The visit still counts as a change, but audits neither.
+        """
+        if shape is None or page.record_shape is None or shape == page.record_shape:
+            return False
+        self.stats.inc_value("costsched/items/reshaped")
+        if page.page_type not in self._reshaped_types:
+            self._reshaped_types.add(page.page_type)
+            logger.info("costsched: the items of %r pages have other fields than at their last visits (as at %s: did "
+                        "the spider change?); each such visit counts as a change, but says nothing of its host's ETags "
+                        "or Last-Modified dates (costsched/items/reshaped counts them; COSTSCHED_HASH_FIELDS keeps such "
+                        "changes out of the pages' histories)", page.page_type, page.url)
+        return True
 
     def _forget(self, page: PageState) -> None:
         """Drop the page's change history, and its group's prior, fitted to such histories: every visit looked

@@ -183,6 +183,12 @@ class RecordHasher:
         return {str(name): _digest(canonical, value)[:FIELD_HASH_CHARS]
                 for name, value in canonical["fields"].items()}
 
+    def shape(self, item: Any) -> str:
+        """The item's type and the names of the fields its hash covers: what a change to the spider's code
+        changes, where a change of the page changes values (a page's record keeps the set of its items' shapes)."""
+        canonical = self.canonical(item)
+        return f"{canonical['type']}:{','.join(sorted(map(str, canonical['fields'])))}"
+
     def item_key_of(self, item: Any) -> str | None:
         """The item's identity under ``COSTSCHED_ITEM_KEY``, or ``None`` when no key applies."""
         field_name = self.item_key.get(item_type_name(item), self.item_key.get("*"))

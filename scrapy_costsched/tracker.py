@@ -1588,6 +1588,7 @@ class Tracker:
         if item_hash is None:
             return
         visit.item_hashes.append(item_hash)
+        visit.item_shapes.add(self.hasher.shape(item))
         # field_hashes raises exactly when item_hash does, so it cannot fail here.
         visit.field_hashes = self.hasher.field_hashes(item) if len(visit.item_hashes) == 1 else None
         item_key = self.hasher.item_key_of(item)

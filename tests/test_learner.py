@@ -143,6 +143,34 @@ def test_a_host_whose_etag_never_moves_is_warned_about_once(runs: Any, caplog: p
                        "server is right: leave it out with COSTSCHED_IGNORE_FIELDS")]
 
 
+def test_items_that_gained_a_field_count_a_change_but_do_not_audit_the_host(
+        runs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A field added to the spider's items changes every page's record under the same ETag: the spider changed,
+    not the page, so the host's ETags are not taken for false (found in a trial)."""
+    caplog.set_level(logging.INFO, logger="scrapy_costsched")
+    urls = [f"http://shop.example/p/{n}" for n in range(1, 6)]
+    first = runs()
+    for url in urls:
+        first.visit(url, [{"sku": url, "price": 1.0}], headers={"ETag": '"v1"'})
+    run = runs()
+    for url in urls[:4]:
+        run.visit(url, [{"sku": url, "price": 1.0, "currency": "EUR"}], headers={"ETag": '"v1"'})
+    host = run.tracker.hosts.of("shop.example")
+    assert run.stats["costsched/items/reshaped"] == 4
+    assert not host.etag.probation
+    assert "costsched/etag/contradicts" not in run.stats
+    assert [run.page(url).changes for url in urls[:4]] == [1, 1, 1, 1]
+    said = [r.getMessage() for r in caplog.records if "have other fields" in r.getMessage()]
+    assert said == [(f"costsched: the items of 'default' pages have other fields than at their last visits (as at "
+                     f"{urls[0]}: did the spider change?); each such visit counts as a change, but says nothing of its "
+                     "host's ETags or Last-Modified dates (costsched/items/reshaped counts them; COSTSCHED_HASH_FIELDS "
+                     "keeps such changes out of the pages' histories)")]
+    # Items of the fields the record had: a changed record under the same ETag still contradicts it.
+    run.visit(urls[4], [{"sku": urls[4], "price": 2.0}], headers={"ETag": '"v1"'})
+    assert run.stats["costsched/etag/contradicts"] == 1
+    assert host.etag.probation
+
+
 def test_a_field_left_out_of_the_hash_is_not_reported_by_the_304s_that_follow(
         runs: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Found in a trial: a spider's timestamp was named, the user left it out as told, and once the host's ETags

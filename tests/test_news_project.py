@@ -110,6 +110,37 @@ def test_a_field_that_changes_on_every_visit_is_named_and_can_be_ignored(site: N
     assert result.stats.get("costsched/unchanged", 0) > result.stats.get("costsched/changed", 0)
 
 
+def test_a_field_added_to_the_items_is_a_change_but_not_a_false_last_modified(site: NewsSite, tmp_path: Path) -> None:
+    """Found in a trial (a JSON API whose ETags were trusted): the day a field was added to the items, each page's
+    full answer differed from its record while its validator stayed, the host's validators were taken for false
+    (a WARNING) and it was sent no conditional request for days."""
+    for day in (0, 1, 2):
+        site.set_day(day)
+        result = run_news(site, tmp_path / "crawl", tag=f"day{day}")
+        assert result.returncode == 0, result.log[-3000:]
+    host = "127.0.0.1"
+    assert result.stats[f"costsched/hosts/{host}/last_modified"] == "trusted"
+    site.set_day(3)
+    counted = {"ITEM_PIPELINES": '{"news.pipelines.CleanArticlePipeline": 300, "news.pipelines.WordCountPipeline": 310}'}
+    result = run_news(site, tmp_path / "crawl", settings=counted, tag="day3")
+    assert result.returncode == 0, result.log[-3000:]
+    assert all("words" in item for item in result.items)
+    reshaped = result.stats["costsched/items/reshaped"]
+    assert reshaped >= 3
+    assert result.stats["costsched/changed"] >= reshaped  # a change all the same, once
+    assert "no longer dates changes" not in result.log
+    assert "costsched/last_modified/contradicts" not in result.stats
+    assert result.stats[f"costsched/hosts/{host}/last_modified"] == "trusted"
+    said = [line for line in result.log.splitlines() if "have other fields than at their last visits" in line]
+    assert len(said) == 1
+    assert "the items of 'article' pages" in said[0]
+    # The next day the pages the add-on revisits are compared as before, and their dates still audited.
+    site.set_day(4)
+    result = run_news(site, tmp_path / "crawl", settings=counted, tag="day4")
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.stats.get("costsched/last_modified/agrees", 0) > 0
+
+
 def test_fields_that_change_with_the_page_are_not_reported(site: NewsSite, tmp_path: Path) -> None:
     for day in (0, 1, 2, 3):
         site.set_day(day)

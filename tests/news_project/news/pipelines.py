@@ -34,3 +34,11 @@ class StampPipeline:
     def process_item(self, item: Any, spider: Any = None) -> Any:
         fields = dataclasses.asdict(item) if isinstance(item, Article) else dict(item)
         return {**fields, "scraped_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+
+
+class WordCountPipeline:
+    """Add the body's word count to each article: a field a project adds to its items one day."""
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        fields = dataclasses.asdict(item) if isinstance(item, Article) else dict(item)
+        return {**fields, "words": len(str(fields.get("body", "")).split())}
