@@ -138,8 +138,8 @@ class PageState:
     item_keys: dict[str, str] = field(default_factory=dict)
     hash_config: str | None = None
     record_shape: str | None = None
-    """The hash of the set of its record's item shapes (:meth:`~.records.RecordHasher.shape`); ``None`` for a
-    record of links, or one written before shapes were kept."""
+    """The hash of the set of its record's item shapes (:meth:`~.records.RecordHasher.hash_and_shape`);
+    ``None`` for a record of links, or one written before shapes were kept."""
     last_modified: float | None = None
     """The ``Last-Modified`` (epoch seconds) of the response the record comes from."""
     stats: ChangeStats = field(default_factory=ChangeStats)

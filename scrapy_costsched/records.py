@@ -170,8 +170,14 @@ class RecordHasher:
 
     def item_hash(self, item: Any) -> str:
         """xxh3-64 over the canonical JSON, the same in every process; raises ``UnhashableItem``."""
+        return self.hash_and_shape(item)[0]
+
+    def hash_and_shape(self, item: Any) -> tuple[str, str]:
+        """:meth:`item_hash`, and the item's shape: its type and the names of the fields the hash covers, what a
+        change to the spider's code changes where a change of the page changes values (a page's record keeps
+        the set of its items' shapes)."""
         canonical = self.canonical(item)
-        return _digest(canonical, canonical)
+        return _digest(canonical, canonical), f"{canonical['type']}:{','.join(sorted(map(str, canonical['fields'])))}"
 
     def field_hashes(self, item: Any) -> dict[str, str]:
         """A short hash of each field the item hash covers, to tell which field made a record change.
@@ -182,12 +188,6 @@ class RecordHasher:
         canonical = self.canonical(item)
         return {str(name): _digest(canonical, value)[:FIELD_HASH_CHARS]
                 for name, value in canonical["fields"].items()}
-
-    def shape(self, item: Any) -> str:
-        """The item's type and the names of the fields its hash covers: what a change to the spider's code
-        changes, where a change of the page changes values (a page's record keeps the set of its items' shapes)."""
-        canonical = self.canonical(item)
-        return f"{canonical['type']}:{','.join(sorted(map(str, canonical['fields'])))}"
 
     def item_key_of(self, item: Any) -> str | None:
         """The item's identity under ``COSTSCHED_ITEM_KEY``, or ``None`` when no key applies."""

@@ -1543,9 +1543,10 @@ class Tracker:
                     self._media_pages[url] = key
                     self._media_urls_of.setdefault(key, []).append(url)
 
-    def _hash(self, item: Any) -> str | None:
+    def _hash(self, item: Any) -> tuple[str, str] | None:
+        """The item's hash and shape (:meth:`~.records.RecordHasher.hash_and_shape`); ``None`` if unhashable."""
         try:
-            return self.hasher.item_hash(item)
+            return self.hasher.hash_and_shape(item)
         except UnhashableItem as exc:
             self.stats.inc_value("costsched/items/unhashable")
             self._log_once(("unhashable", f"{exc.item_type}.{exc.field}"),
@@ -1567,9 +1568,10 @@ class Tracker:
         page = self.page(visit.page_key)
         if page is None or page.hash_config != self.hasher.config_id or page.record_kind != "items":
             return False
-        item_hash = self._hash(item)
-        if item_hash is None:
+        hashed = self._hash(item)
+        if hashed is None:
             return False
+        item_hash = hashed[0]
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
             return page.item_keys.get(item_key) == item_hash
@@ -1584,11 +1586,12 @@ class Tracker:
     def _add_to_record(self, visit: Visit, item: Any) -> None:
         if self.config.store_records:
             self._store_item(visit, item)
-        item_hash = self._hash(item)
-        if item_hash is None:
+        hashed = self._hash(item)
+        if hashed is None:
             return
+        item_hash, shape = hashed
         visit.item_hashes.append(item_hash)
-        visit.item_shapes.add(self.hasher.shape(item))
+        visit.item_shapes.add(shape)
         # field_hashes raises exactly when item_hash does, so it cannot fail here.
         visit.field_hashes = self.hasher.field_hashes(item) if len(visit.item_hashes) == 1 else None
         item_key = self.hasher.item_key_of(item)

@@ -85,7 +85,7 @@ class Visit:
     field_hashes: dict[str, str] | None = None
     """A hash per item field, when the visit yielded exactly one item (to spot volatile fields)."""
     item_shapes: set[str] = field(default_factory=set)
-    """The shapes of its items (:meth:`~.records.RecordHasher.shape`): type and hashed field names."""
+    """The shapes of its items (:meth:`~.records.RecordHasher.hash_and_shape`): type and hashed field names."""
     items_lost: int = 0
     """Items that left the pipelines dropped or failed, not scraped."""
     failed: bool = False
