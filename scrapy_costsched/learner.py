@@ -189,7 +189,7 @@ class Learner:
             if verdict == CONTRADICTS and believed:
                 # Said when trust ends: a host whose ETag never moves contradicts at every changed page. So does a
                 # field the spider's code fills at each visit, which the fields that changed show.
-                fields = changed_fields(page.field_hashes, visit.field_hashes)
+                fields = changed_fields(page.field_hashes, visit.item_fields)
                 logger.warning("costsched: %s sent the same ETag for a changed record (%s%s): its ETags are not "
                                "trusted for a while (costsched/etag/contradicts counts each such answer)%s",
                                page.host, page.url, _fields_changed(fields),

@@ -138,7 +138,7 @@ class PageState:
     item_keys: dict[str, str] = field(default_factory=dict)
     hash_config: str | None = None
     record_shape: str | None = None
-    """The hash of the set of its record's item shapes (:meth:`~.records.RecordHasher.hash_and_shape`);
+    """The hash of the set of its record's item shapes (:attr:`~.records.ItemDigest.shape`);
     ``None`` for a record of links, or one written before shapes were kept."""
     last_modified: float | None = None
     """The ``Last-Modified`` (epoch seconds) of the response the record comes from."""
@@ -165,8 +165,9 @@ class PageState:
     ``scrapy costsched-state show`` answers to "why is this page not visited"."""
     links: NewLinkStats | None = None
     """New outlinks per visit, for a page that links out at all: what it is worth as a hub."""
-    field_hashes: dict[str, str] | None = None
-    """The last single-item record's hash per field, kept for pages in the volatile-field sample."""
+    field_hashes: list[dict[str, str]] | None = None
+    """The last record's first items' hashes per field (:attr:`.Visit.item_fields`), kept for pages in the
+    volatile-field sample (stored by earlier versions for a page of one item: that item's)."""
     etag: str | None = None
     """The ``ETag`` of the last answer (header form), sent back as ``If-None-Match`` when the host earned it."""
     redirected: bool = False
@@ -252,6 +253,8 @@ class PageState:
             for name in ("full_bytes", "not_modified_bytes"):
                 mean = fields.get(name)
                 fields[name] = MeanBytes.from_json(mean) if mean is not None else None
+            if isinstance(fields.get("field_hashes"), dict):
+                fields["field_hashes"] = [fields["field_hashes"]]
             return cls(**fields)
         except (TypeError, KeyError) as exc:
             raise ValueError(f"malformed page record: {exc}") from None

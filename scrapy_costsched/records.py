@@ -135,6 +135,34 @@ def _fields_for(per_type: Mapping[str, tuple[str, ...]], type_name: str) -> tupl
 
 
 @dataclass(frozen=True)
+class ItemDigest:
+    """What the record keeps of one item: its hash, and what the hash was taken of."""
+
+    hash: str
+    """xxh3-64 of the item's canonical JSON (:meth:`RecordHasher.item_hash`)."""
+    canonical: dict[str, Any]
+    """The item's type and the fields the hash covers (:meth:`RecordHasher.canonical`)."""
+
+    @property
+    def field_names(self) -> list[str]:
+        return [str(name) for name in self.canonical["fields"]]
+
+    @property
+    def shape(self) -> str:
+        """The item's type and the names of the fields the hash covers: what a change to the spider's code changes
+        where a change of the page changes values (a page's record keeps the set of its items' shapes)."""
+        return f"{self.canonical['type']}:{','.join(sorted(self.field_names))}"
+
+    def field_hashes(self) -> dict[str, str]:
+        """A short hash of each field the item hash covers, to tell which field made a record change.
+
+        Only the value is hashed, not the item type, so equal fields hash alike in any kind of item.
+        """
+        canonical = self.canonical
+        return {str(name): _digest(canonical, value)[:FIELD_HASH_CHARS] for name, value in canonical["fields"].items()}
+
+
+@dataclass(frozen=True)
 class RecordHasher:
     """Hashes items the same way on every run, for one hash configuration."""
 
@@ -170,24 +198,16 @@ class RecordHasher:
 
     def item_hash(self, item: Any) -> str:
         """xxh3-64 over the canonical JSON, the same in every process; raises ``UnhashableItem``."""
-        return self.hash_and_shape(item)[0]
+        return self.digest(item).hash
 
-    def hash_and_shape(self, item: Any) -> tuple[str, str]:
-        """:meth:`item_hash`, and the item's shape: its type and the names of the fields the hash covers, what a
-        change to the spider's code changes where a change of the page changes values (a page's record keeps
-        the set of its items' shapes)."""
+    def digest(self, item: Any) -> ItemDigest:
+        """The item's hash, its shape and its fields' hashes, from one canonical form; raises ``UnhashableItem``."""
         canonical = self.canonical(item)
-        return _digest(canonical, canonical), f"{canonical['type']}:{','.join(sorted(map(str, canonical['fields'])))}"
+        return ItemDigest(_digest(canonical, canonical), canonical)
 
     def field_hashes(self, item: Any) -> dict[str, str]:
-        """A short hash of each field the item hash covers, to tell which field made a record change.
-
-        Only the value is hashed, not the item type, so equal fields hash alike in any kind of item;
-        raises ``UnhashableItem`` exactly when :meth:`item_hash` does.
-        """
-        canonical = self.canonical(item)
-        return {str(name): _digest(canonical, value)[:FIELD_HASH_CHARS]
-                for name, value in canonical["fields"].items()}
+        """:meth:`ItemDigest.field_hashes` of *item*; raises ``UnhashableItem`` exactly when :meth:`item_hash` does."""
+        return self.digest(item).field_hashes()
 
     def item_key_of(self, item: Any) -> str | None:
         """The item's identity under ``COSTSCHED_ITEM_KEY``, or ``None`` when no key applies."""

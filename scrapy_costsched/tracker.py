@@ -57,7 +57,7 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.records import RecordHasher, UnhashableItem, item_type_name
+from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
 from scrapy_costsched.slots import HostPaused
@@ -74,7 +74,7 @@ from scrapy_costsched.visits import (
     VisitBook,
     same_resource,
 )
-from scrapy_costsched.volatility import MIN_COMPARISONS, VolatileFields
+from scrapy_costsched.volatility import MAX_ITEMS, MIN_COMPARISONS, VolatileFields
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
@@ -1543,10 +1543,10 @@ class Tracker:
                     self._media_pages[url] = key
                     self._media_urls_of.setdefault(key, []).append(url)
 
-    def _hash(self, item: Any) -> tuple[str, str] | None:
-        """The item's hash and shape (:meth:`~.records.RecordHasher.hash_and_shape`); ``None`` if unhashable."""
+    def _digest(self, item: Any) -> ItemDigest | None:
+        """The item's hash, shape and field hashes (:meth:`~.records.RecordHasher.digest`); ``None`` if unhashable."""
         try:
-            return self.hasher.hash_and_shape(item)
+            return self.hasher.digest(item)
         except UnhashableItem as exc:
             self.stats.inc_value("costsched/items/unhashable")
             self._log_once(("unhashable", f"{exc.item_type}.{exc.field}"),
@@ -1568,10 +1568,10 @@ class Tracker:
         page = self.page(visit.page_key)
         if page is None or page.hash_config != self.hasher.config_id or page.record_kind != "items":
             return False
-        hashed = self._hash(item)
-        if hashed is None:
+        digest = self._digest(item)
+        if digest is None:
             return False
-        item_hash = hashed[0]
+        item_hash = digest.hash
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
             return page.item_keys.get(item_key) == item_hash
@@ -1586,18 +1586,19 @@ class Tracker:
     def _add_to_record(self, visit: Visit, item: Any) -> None:
         if self.config.store_records:
             self._store_item(visit, item)
-        hashed = self._hash(item)
-        if hashed is None:
+        digest = self._digest(item)
+        if digest is None:
             return
-        item_hash, shape = hashed
+        item_hash = digest.hash
         visit.item_hashes.append(item_hash)
-        visit.item_shapes.add(shape)
-        # field_hashes raises exactly when item_hash does, so it cannot fail here.
-        visit.field_hashes = self.hasher.field_hashes(item) if len(visit.item_hashes) == 1 else None
+        visit.item_shapes.add(digest.shape)
+        visit.field_names.update(digest.field_names)
         item_key = self.hasher.item_key_of(item)
         if item_key is not None:
             visit.item_keys[item_key] = item_hash
         page = self.page(visit.page_key)
+        if len(visit.item_fields) < MAX_ITEMS and (page is None or self.volatile.wants(page.page_type, visit.page_key)):
+            visit.item_fields.append(digest.field_hashes())
         if page is not None and page.hash_config == self.hasher.config_id and page.record_kind == "items":
             unchanged = page.item_keys.get(item_key) == item_hash if item_key is not None \
                 else item_hash in page.item_hashes
@@ -1683,8 +1684,8 @@ class Tracker:
                 # Every field as it was: with 304s, only changed pages come back in full, and counting
                 # those alone would call every field volatile. Fields hashed under another configuration
                 # are not this run's (a field since left out of the hash would be named again).
-                if page.hash_config == self.hasher.config_id:
-                    visit.field_hashes = page.field_hashes
+                if page.hash_config == self.hasher.config_id and page.field_hashes:
+                    visit.item_fields = page.field_hashes
                     self._check_fields(key, page, visit, page.field_hashes)
             elif not visit.item_hashes and page.record_kind == "items":
                 # Items used to come from this page and none did now: broken extraction or a
@@ -1796,9 +1797,9 @@ class Tracker:
     def _counted_a_left_out_field(self, page: PageState, visit: Visit) -> bool:
         """Whether the page's history counted the changes of a field named as volatile for its type that the hash
         configuration, changed since the page's last record, now leaves out (the user did as the warning said)."""
-        if page.hash_config in (None, self.hasher.config_id) or visit.field_hashes is None:
+        if page.hash_config in (None, self.hasher.config_id) or not visit.field_names:
             return False
-        left_out = [name for name in self.volatile.volatile(page.page_type) if name not in visit.field_hashes]
+        left_out = [name for name in self.volatile.volatile(page.page_type) if name not in visit.field_names]
         if left_out:
             self._log_once(("forgotten", page.page_type),
                            "costsched: %r pages lose their change history at this re-baseline: it counted the changes "
@@ -1807,12 +1808,12 @@ class Tracker:
                            " and ".join(map(repr, left_out)), level=logging.INFO)
         return bool(left_out)
 
-    def _check_fields(self, key: str, page: PageState, visit: Visit, previous: dict[str, str] | None,
+    def _check_fields(self, key: str, page: PageState, visit: Visit, previous: list[dict[str, str]] | None,
                       vouched: bool = False) -> None:
-        """Compare the item's fields with the last visit's, for the volatile-field verdict (:meth:`_warn_volatile`);
+        """Compare the items' fields with the last visit's, for the volatile-field verdict (:meth:`_warn_volatile`);
         *vouched* if the answer carried the last visit's validator."""
-        current = visit.field_hashes
-        if current is None:  # no item, or several: fields cannot be paired across visits
+        current = visit.item_fields
+        if not current:  # no item, or the page is not in the sample
             page.field_hashes = None
             return
         self.volatile.observe(page.page_type, key, previous, current, vouched)

@@ -82,10 +82,13 @@ class Visit:
     """The declared page types of the new outlinks."""
     values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
-    field_hashes: dict[str, str] | None = None
-    """A hash per item field, when the visit yielded exactly one item (to spot volatile fields)."""
+    item_fields: list[dict[str, str]] = field(default_factory=list)
+    """Its first items' hashes per field (:data:`~.volatility.MAX_ITEMS`), when the page is in the volatile-field
+    sample or may join it (:meth:`~.volatility.VolatileFields.wants`)."""
+    field_names: set[str] = field(default_factory=set)
+    """The names of the fields its items' hashes cover."""
     item_shapes: set[str] = field(default_factory=set)
-    """The shapes of its items (:meth:`~.records.RecordHasher.hash_and_shape`): type and hashed field names."""
+    """The shapes of its items (:attr:`~.records.ItemDigest.shape`): type and hashed field names."""
     items_lost: int = 0
     """Items that left the pipelines dropped or failed, not scraped."""
     failed: bool = False

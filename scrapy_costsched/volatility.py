@@ -7,7 +7,8 @@ whose hash differs on nearly every comparison, on most pages of the type.
 
 The rule, per page type and field: each page remembers whether the field
 changed on each of its last :data:`WINDOW` comparisons (a comparison needs the
-field in both the previous and the current record). A page *counts* once it has
+field in both the previous and the current record, see :func:`field_changes`
+for pages of several items). A page *counts* once it has
 :data:`MIN_COMPARISONS` of them, and is *volatile* for the field when it changed
 on at least :data:`NEARLY_EVERY` of them. The field is volatile for the page
 type once at least :data:`MIN_PAGES` pages count and at least :data:`MOST_PAGES`
@@ -25,7 +26,8 @@ timestamp that changes on all of them.
 
 Memory is bounded: the first :data:`MAX_PAGES` pages of a type observed are the
 sample, each with at most :data:`MAX_FIELDS` fields, and only sampled pages need
-to keep their field hashes for the next visit (:meth:`VolatileFields.sampled`).
+to keep their first :data:`MAX_ITEMS` items' field hashes for the next visit
+(:meth:`VolatileFields.wants`).
 Keeping the first pages rather than the most recent ones means a crawl that
 cycles through many more pages than that still sees each sampled page again; and
 the pages of a type with a volatile field look changed every time, so they are
@@ -39,8 +41,8 @@ those that change most.
 >>> fields = VolatileFields()
 >>> for visit in range(3):
 ...     for page in range(MIN_PAGES):
-...         before = {"price": "9.99", "scraped_at": f"day {visit - 1}"} if visit else None
-...         after = {"price": "9.99", "scraped_at": f"day {visit}"}
+...         before = [{"price": "9.99", "scraped_at": f"day {visit - 1}"}] if visit else None
+...         after = [{"price": "9.99", "scraped_at": f"day {visit}"}]
 ...         fields.observe("Product", f"page {page}", before, after)
 >>> fields.report()
 [('Product', 'scraped_at')]
@@ -51,7 +53,13 @@ those that change most.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: A record as the volatile-field rule sees it: each item's hash per field (:meth:`~.records.ItemDigest.field_hashes`).
+FieldRecord = list[dict[str, str]]
 
 #: Comparisons a page needs for its verdict on a field to count.
 MIN_COMPARISONS = 2
@@ -67,6 +75,8 @@ WINDOW = 10
 MAX_PAGES = 200
 #: Fields followed per page; more is a spider with generated field names, not a record.
 MAX_FIELDS = 64
+#: Items of a record whose fields are compared: the first the page yields.
+MAX_ITEMS = 50
 
 #: A page's comparisons of a field, as stored: the field stayed or changed, and the same while the page's
 #: validator vouched the page was as it was.
@@ -75,7 +85,7 @@ _OUTCOMES = frozenset((_SAME, _CHANGED, _SAME_VOUCHED, _CHANGED_VOUCHED))
 
 
 class VolatileFields:
-    """Fields of single-item pages that change on nearly every visit, per page type."""
+    """Item fields that change on nearly every visit, per page type."""
 
     def __init__(self) -> None:
         #: page type -> page key -> field -> the last comparisons, oldest first (see :data:`_SAME`).
@@ -88,10 +98,10 @@ class VolatileFields:
         #: Whether the sample or its comparisons changed since :meth:`to_state` was last asked.
         self.unsaved = False
 
-    def observe(self, page_type: str, page_key: str, previous: dict[str, str] | None,
-                current: dict[str, str], vouched: bool = False) -> None:
-        """Compare a page's field hashes with its last visit's; *vouched* if the answer carried the last visit's
-        validator (:func:`~.model.validators.validator_stayed`)."""
+    def observe(self, page_type: str, page_key: str, previous: FieldRecord | None,
+                current: FieldRecord, vouched: bool = False) -> None:
+        """Compare a page's record with its last visit's (:func:`field_changes`); *vouched* if the answer carried
+        the last visit's validator (:func:`~.model.validators.validator_stayed`)."""
         pages = self._history.setdefault(page_type, {})
         fields = pages.get(page_key)
         if fields is None and len(pages) < MAX_PAGES:
@@ -99,7 +109,7 @@ class VolatileFields:
             self.unsaved = True
         if fields is not None and previous is not None:
             self._compare(page_type, fields, previous, current, vouched)
-        self._seen.setdefault(page_type, set()).update(current)
+        self._seen.setdefault(page_type, set()).update(name for item in current for name in item)
 
     def report(self) -> list[tuple[str, str]]:
         """The (page type, field) pairs volatile now and not reported before by this instance (this run), among
@@ -116,6 +126,11 @@ class VolatileFields:
     def sampled(self, page_type: str, page_key: str) -> bool:
         """Whether the page, once observed, is in its type's sample: only then is its record worth keeping."""
         return page_key in self._history.get(page_type, {})
+
+    def wants(self, page_type: str, page_key: str) -> bool:
+        """Whether a visit of the page is worth its field hashes: the page is in its type's sample or may join it."""
+        pages = self._history.get(page_type)
+        return pages is None or page_key in pages or len(pages) < MAX_PAGES
 
     def counts(self, page_type: str, name: str) -> tuple[int, int]:
         """Sampled pages of *page_type* volatile for field *name*, and how many have a verdict: for messages."""
@@ -148,14 +163,13 @@ class VolatileFields:
         self.unsaved = False
         return self
 
-    def _compare(self, page_type: str, fields: dict[str, str], previous: dict[str, str],
-                 current: dict[str, str], vouched: bool) -> None:
+    def _compare(self, page_type: str, fields: dict[str, str], previous: FieldRecord,
+                 current: FieldRecord, vouched: bool) -> None:
         """Add one comparison to each field of a sampled page that both records have."""
         same, changed = (_SAME_VOUCHED, _CHANGED_VOUCHED) if vouched else (_SAME, _CHANGED)
-        for name, value in current.items():
-            if name in previous and (name in fields or len(fields) < MAX_FIELDS):
-                outcome = same if previous[name] == value else changed
-                self._set(page_type, fields, name, (fields.get(name, "") + outcome)[-WINDOW:])
+        for name, moved in field_changes(previous, current).items():
+            if name in fields or len(fields) < MAX_FIELDS:
+                self._set(page_type, fields, name, (fields.get(name, "") + (changed if moved else same))[-WINDOW:])
 
     def _set(self, page_type: str, fields: dict[str, str], name: str, history: str) -> None:
         """Store a page's history of one field, moving the page between the tallies as its verdict changes."""
@@ -172,15 +186,97 @@ class VolatileFields:
         return counted >= MIN_PAGES and volatile >= MOST_PAGES * counted
 
 
-def changed_fields(previous: dict[str, str] | None, current: dict[str, str] | None) -> list[str]:
-    """The fields two records of a page both have and that changed between them, sorted (none if either is unknown).
+def field_changes(previous: Sequence[dict[str, str]], current: Sequence[dict[str, str]]) -> dict[str, bool]:
+    """Whether each field changed between two records of a page (each item's hash per field), for the fields the
+    comparison can judge.
 
-    >>> changed_fields({"price": "a", "at": "b"}, {"price": "a", "at": "c", "new": "d"}), changed_fields(None, {})
+    A record of one item is compared with one of one item field by field. Otherwise a field is compared on the
+    items that pair up across the records by all their other fields (the same post, the same listed product), and
+    counts as changed when it changed on more than half of them: a clock in every item (a scrape time, a "3 days
+    ago") changes it on all of them, a price that moved on a few does not; a field no item pairs for is not judged
+    (while a clock changes every item, nor are the items' other fields). Where no field can be judged that way (two
+    clocks in every item), each item pairs with the one of the last record it is most like, if it agrees with it on
+    at least half of its fields. Found in a trial on a forum, whose thread pages yield a post item each and show
+    "N days ago" in every post: with pages of one item compared only, the field made every page a change a day and
+    was never named.
+
+    >>> field_changes([{"id": "1", "at": "a"}], [{"id": "2", "at": "b"}])
+    {'id': True, 'at': True}
+    >>> before = [{"post": str(n), "ago": "2 days", "text": str(n)} for n in range(4)]
+    >>> after = [{**item, "ago": "3 days"} for item in before] + [{"post": "4", "ago": "now", "text": "4"}]
+    >>> field_changes(before, after)
+    {'ago': True}
+    >>> field_changes(before, [{**before[0], "text": "edited"}, *before[1:]])
+    {'ago': False, 'post': False, 'text': False}
+    >>> field_changes([{**item, "at": "9:00"} for item in before], [{**item, "at": "9:05"} for item in after])
+    {'ago': True, 'at': True, 'post': False, 'text': False}
+    """
+    if len(previous) == 1 and len(current) == 1:
+        before, after = previous[0], current[0]
+        return {name: before[name] != value for name, value in after.items() if name in before}
+    return _changes_by_other_fields(previous, current) or _changes_of_likest(previous, current)
+
+
+def _changes_by_other_fields(previous: Sequence[dict[str, str]], current: Sequence[dict[str, str]]) -> dict[str, bool]:
+    """:func:`field_changes` on the items that pair up by all their fields but the one judged."""
+    earlier = [sorted(item.items()) for item in previous]
+    later = [sorted(item.items()) for item in current]
+    changes = {}
+    for name in sorted({name for item in current for name in item}):
+        values_by_others: dict[tuple[tuple[str, str], ...], set[str]] = {}
+        for pairs in earlier:
+            others, value = _split(pairs, name)
+            if value is not None:
+                values_by_others.setdefault(others, set()).add(value)
+        paired = moved = 0
+        for pairs in later:
+            others, value = _split(pairs, name)
+            values = values_by_others.get(others) if value is not None else None
+            if values is not None:
+                paired += 1
+                moved += value not in values
+        if paired:
+            changes[name] = 2 * moved > paired
+    return changes
+
+
+def _split(pairs: list[tuple[str, str]], name: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """An item's (field, hash) pairs other than *name*'s, and *name*'s hash (``None`` if it has no such field)."""
+    return tuple(pair for pair in pairs if pair[0] != name), next((value for key, value in pairs if key == name), None)
+
+
+def _changes_of_likest(previous: Sequence[dict[str, str]], current: Sequence[dict[str, str]]) -> dict[str, bool]:
+    """:func:`field_changes` on the items that pair with the item of the last record they are most like (the only
+    one that agrees with them on the most fields, at least half of theirs)."""
+    pairs = []
+    for item in current:
+        best, best_score, tied = None, 0, False
+        for old in previous:
+            score = sum(old.get(name) == value for name, value in item.items())
+            if score > best_score:
+                best, best_score, tied = old, score, False
+            elif score == best_score:
+                tied = True
+        if best is not None and not tied and 2 * best_score >= len(item):
+            pairs.append((best, item))
+    changes = {}
+    for name in sorted({name for item in current for name in item}):
+        judged = [old[name] != new[name] for old, new in pairs if name in old and name in new]
+        if judged:
+            changes[name] = 2 * sum(judged) > len(judged)
+    return changes
+
+
+def changed_fields(previous: FieldRecord | None, current: FieldRecord | None) -> list[str]:
+    """The fields that changed between two records of a page (:func:`field_changes`), sorted (none if either is
+    unknown).
+
+    >>> changed_fields([{"price": "a", "at": "b"}], [{"price": "a", "at": "c", "new": "d"}]), changed_fields(None, [])
     (['at'], [])
     """
-    if previous is None or current is None:
+    if not previous or not current:
         return []
-    return sorted(name for name, value in current.items() if name in previous and previous[name] != value)
+    return sorted(name for name, moved in field_changes(previous, current).items() if moved)
 
 
 def _verdict(history: str) -> int | None:

@@ -110,6 +110,26 @@ def test_a_field_that_changes_on_every_visit_is_named_and_can_be_ignored(site: N
     assert result.stats.get("costsched/unchanged", 0) > result.stats.get("costsched/changed", 0)
 
 
+def test_a_field_that_changes_in_every_item_of_pages_of_many_items_is_named(tmp_path: Path) -> None:
+    """Found in a trial on a forum, whose thread pages yield an item per post, each with its "N days ago": only
+    pages of one item were compared, so every thread page was a change every day and the field was never named."""
+    warnings = []
+    with NewsSite(tmp_path / "clock", sections=6) as site:
+        for day in (0, 1, 2):
+            site.set_day(day)
+            result = run_news(site, tmp_path / "crawl", settings={"ITEM_PIPELINES": STAMPED},
+                              spider_args={"headlines": 1}, tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            warnings += [line for line in result.log.splitlines() if "changes on nearly every visit" in line]
+    headlines = [item for item in result.items if "body" not in item]
+    assert len(headlines) >= 6 * 5
+    named = [line for line in warnings if "of 'section' pages" in line]
+    assert len(named) == 1
+    assert "item field 'scraped_at'" in named[0]
+    assert "COSTSCHED_IGNORE_FIELDS = ['scraped_at']" in named[0]
+    assert [line for line in warnings if "item field 'scraped_at'" not in line] == []  # the titles and URLs stay
+
+
 def test_a_field_added_to_the_items_is_a_change_but_not_a_false_last_modified(site: NewsSite, tmp_path: Path) -> None:
     """Found in a trial (a JSON API whose ETags were trusted): the day a field was added to the items, each page's
     full answer differed from its record while its validator stayed, the host's validators were taken for false

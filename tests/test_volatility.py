@@ -12,6 +12,7 @@ import pytest
 import scrapy
 
 from scrapy_costsched import volatility
+from scrapy_costsched.pages import PageState
 from scrapy_costsched.records import RecordHasher, UnhashableItem
 from scrapy_costsched.volatility import MAX_FIELDS, MAX_PAGES, MIN_PAGES, WINDOW, VolatileFields
 
@@ -44,11 +45,11 @@ def crawl(fields: VolatileFields, hasher: RecordHasher, pages: int, visits: int,
           price_changes: tuple[int, ...] = (), vouched: bool = False) -> list[str]:
     """Visit each page *visits* times in turn (pages in *price_changes* get a new price each visit); the fields
     reported at the end. *vouched*: every answer carried the page's previous validator."""
-    last: dict[int, dict[str, str]] = {}
+    last: dict[int, list[dict[str, str]]] = {}
     for visit in range(visits):
         for page in range(pages):
             price = 9.99 + visit if page in price_changes else 9.99
-            current = hasher.field_hashes(product(page, visit, price))
+            current = [hasher.field_hashes(product(page, visit, price))]
             fields.observe("Product", f"page {page}", last.get(page), current, vouched)
             last[page] = current
     reported = fields.report()
@@ -111,12 +112,58 @@ def test_a_field_that_changes_on_a_third_of_the_pages_is_not_flagged_when_those_
     changing = range(MIN_PAGES + 1)
     for visit in range(3):
         for page in range(3 * len(changing)):
-            previous = {"comments": str(visit - 1 if page in changing else 0)} if visit else None
-            fields.observe("Recipe", str(page), previous, {"comments": str(visit if page in changing else 0)})
+            previous = [{"comments": str(visit - 1 if page in changing else 0)}] if visit else None
+            fields.observe("Recipe", str(page), previous, [{"comments": str(visit if page in changing else 0)}])
             if visit == 2 and page == len(changing) - 1:
                 assert fields.volatile("Recipe") == ["comments"]  # what a verdict in mid-run would have said
     assert fields.report() == []
     assert fields.counts("Recipe", "comments") == (len(changing), 3 * len(changing))
+
+
+def thread_page(page: int, visit: int, posts: int = 10, stamped: bool = False) -> list[dict[str, str]]:
+    """A forum thread page as of a day: a post item each, with the forum's "N days ago" (found in a trial), and
+    with *stamped* the time of scraping too."""
+    stamp = {"scraped_at": START + timedelta(days=visit)} if stamped else {}
+    return [HASHER.field_hashes({"post": f"{page}-{n}", "author": f"u{n % 3}", "text": f"post {n} of {page}",
+                                 "ago": f"{visit + posts - n} days ago", **stamp}) for n in range(posts)]
+
+
+def test_a_clock_in_every_item_of_pages_of_many_items_is_named() -> None:
+    fields = VolatileFields()
+    for visit in range(3):
+        for page in range(MIN_PAGES):
+            fields.observe("Thread", f"page {page}", thread_page(page, visit - 1) if visit else None,
+                           thread_page(page, visit))
+    assert fields.report() == [("Thread", "ago")]
+    assert fields.counts("Thread", "ago") == (MIN_PAGES, MIN_PAGES)
+    assert fields.counts("Thread", "text") == (0, 0)  # its items never paired while the clock moved
+
+
+def test_two_clocks_in_every_item_are_both_named() -> None:
+    fields = VolatileFields()
+    for visit in range(3):
+        for page in range(MIN_PAGES):
+            fields.observe("Thread", f"page {page}", thread_page(page, visit - 1, stamped=True) if visit else None,
+                           thread_page(page, visit, stamped=True))
+    assert fields.report() == [("Thread", "ago"), ("Thread", "scraped_at")]
+    assert fields.counts("Thread", "text") == (0, MIN_PAGES)
+
+
+def test_items_that_come_and_go_and_a_price_that_moves_on_some_name_no_field() -> None:
+    """A listing, newest first: each visit one item comes in, the oldest leaves, one listed price moves."""
+    def listing(page: int, visit: int) -> list[dict[str, str]]:
+        listed = range(visit, visit + 8)
+        return [HASHER.field_hashes({"sku": f"{page}-{n}", "price": 10 + n + (visit if n == visit + 4 else 0)})
+                for n in reversed(listed)]
+
+    fields = VolatileFields()
+    for visit in range(WINDOW):
+        for page in range(MIN_PAGES):
+            fields.observe("Listing", f"page {page}", listing(page, visit - 1) if visit else None,
+                           listing(page, visit))
+    assert fields.report() == []
+    assert fields.counts("Listing", "price") == (0, MIN_PAGES)
+    assert fields.counts("Listing", "sku") == (0, MIN_PAGES)
 
 
 def test_fewer_than_min_pages_give_no_verdict() -> None:
@@ -134,16 +181,16 @@ def test_the_verdict_survives_the_state_and_is_reported_once_per_run() -> None:
     restored = VolatileFields.from_state(state)
     assert restored.volatile("Product") == ["scraped_at"]
     assert restored.to_state() == state
-    current = HASHER.field_hashes(product(0, 3))
+    current = [HASHER.field_hashes(product(0, 3))]
     assert restored.report() == []  # no record of this run has the field yet
-    restored.observe("Product", "page 0", HASHER.field_hashes(product(0, 2)), current)
+    restored.observe("Product", "page 0", [HASHER.field_hashes(product(0, 2))], current)
     assert restored.report() == [("Product", "scraped_at")]
-    restored.observe("Product", "page 1", HASHER.field_hashes(product(1, 2)), current)
+    restored.observe("Product", "page 1", [HASHER.field_hashes(product(1, 2))], current)
     assert restored.report() == []
     # Left out of the hash since: the stored verdict names it, but it is not reported again.
     ignoring = RecordHasher({}, {"*": ("scraped_at",)}, {})
     after = VolatileFields.from_state(state)
-    after.observe("Product", "page 0", None, ignoring.field_hashes(product(0, 3)))
+    after.observe("Product", "page 0", None, [ignoring.field_hashes(product(0, 3))])
     assert after.report() == []
 
 
@@ -151,17 +198,17 @@ def test_the_sample_is_saved_again_only_after_it_changed() -> None:
     """Commits write the sample only when an observation changed it (it is rewritten whole)."""
     fields = VolatileFields()
     assert not fields.unsaved
-    fields.observe("Product", "page 0", None, HASHER.field_hashes(product(0, 0)))  # joins the sample
+    fields.observe("Product", "page 0", None, [HASHER.field_hashes(product(0, 0))])  # joins the sample
     assert fields.unsaved
     state = fields.to_state()
     assert not fields.unsaved
     sampled = [f"page {page}" for page in range(MAX_PAGES)]
     for key in sampled[1:]:
-        fields.observe("Product", key, None, HASHER.field_hashes(product(0, 0)))
+        fields.observe("Product", key, None, [HASHER.field_hashes(product(0, 0))])
     fields.to_state()
-    fields.observe("Product", "not sampled", HASHER.field_hashes(product(0, 0)), HASHER.field_hashes(product(0, 1)))
+    fields.observe("Product", "not sampled", [HASHER.field_hashes(product(0, 0))], [HASHER.field_hashes(product(0, 1))])
     assert not fields.unsaved  # the sample is full and this page is not in it
-    fields.observe("Product", "page 0", HASHER.field_hashes(product(0, 0)), HASHER.field_hashes(product(0, 1)))
+    fields.observe("Product", "page 0", [HASHER.field_hashes(product(0, 0))], [HASHER.field_hashes(product(0, 1))])
     assert fields.unsaved
     assert not VolatileFields.from_state(state).unsaved
 
@@ -175,8 +222,8 @@ def test_a_field_is_compared_only_when_both_visits_have_it() -> None:
     fields = VolatileFields()
     for page in range(10):
         for visit in range(3):
-            previous = {"name": "a"} if visit else None
-            current = {"name": "a", "scraped_at": str(visit)} if visit == 2 else {"name": "a"}
+            previous = [{"name": "a"}] if visit else None
+            current = [{"name": "a", "scraped_at": str(visit)} if visit == 2 else {"name": "a"}]
             fields.observe("Product", str(page), previous, current)
     assert fields.report() == []
     assert set(fields.to_state()["Product"]["0"]) == {"name"}
@@ -185,9 +232,9 @@ def test_a_field_is_compared_only_when_both_visits_have_it() -> None:
 def test_a_page_that_stops_changing_leaves_the_verdict_within_the_window() -> None:
     fields = VolatileFields()
     for visit in range(WINDOW + 2):
-        previous = {"status": str(min(visit - 1, 4))} if visit else None
+        previous = [{"status": str(min(visit - 1, 4))}] if visit else None
         for page in range(MIN_PAGES):
-            fields.observe("Product", str(page), previous, {"status": str(min(visit, 4))})
+            fields.observe("Product", str(page), previous, [{"status": str(min(visit, 4))}])
         if visit == 2:
             assert fields.volatile("Product") == ["status"]
     assert fields.volatile("Product") == []
@@ -198,7 +245,7 @@ def test_memory_is_bounded() -> None:
     fields = VolatileFields()
     many = {f"field {n}": "x" for n in range(MAX_FIELDS + 10)}
     for page in range(MAX_PAGES + 50):
-        fields.observe("Product", str(page), many, many)
+        fields.observe("Product", str(page), [many], [many])
     pages = fields.to_state()["Product"]
     assert len(pages) == MAX_PAGES
     assert all(len(page) == MAX_FIELDS for page in pages.values())
@@ -235,3 +282,11 @@ def test_field_hashes_raise_as_the_item_hash_does() -> None:
 
 def test_module_doctest() -> None:
     assert doctest.testmod(volatility).failed == 0
+
+
+def test_a_page_stored_with_its_one_item_s_field_hashes_reads_them_as_its_record() -> None:
+    """Versions that compared pages of one item only stored that item's hashes."""
+    stored = PageState(url="http://shop.example/p/1", host="shop.example", page_type="Product", value="normal",
+                       first_seen=0.0).to_json()
+    stored["field_hashes"] = {"name": "00", "price": "11"}
+    assert PageState.from_json(json.loads(json.dumps(stored))).field_hashes == [{"name": "00", "price": "11"}]

@@ -18,3 +18,12 @@ class Article:
     title: str
     updated: str
     body: str
+
+
+@dataclass
+class Headline:
+    """An article as a section page lists it (``-a headlines=1``)."""
+
+    section: str
+    title: str
+    url: str

@@ -10,6 +10,8 @@ import datetime
 import re
 from typing import Any
 
+from itemadapter import ItemAdapter
+
 from .items import Article
 
 _SPACE = re.compile(r"\s+")
@@ -29,11 +31,10 @@ def _clean(text: str) -> str:
 
 
 class StampPipeline:
-    """Add the time of scraping to each article, as many projects do (a field that changes on every visit)."""
+    """Add the time of scraping to each item, as many projects do (a field that changes on every visit)."""
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
-        fields = dataclasses.asdict(item) if isinstance(item, Article) else dict(item)
-        return {**fields, "scraped_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        return {**ItemAdapter(item).asdict(), "scraped_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
 
 
 class WordCountPipeline:

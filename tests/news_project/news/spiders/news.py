@@ -12,6 +12,7 @@ Arguments (``-a name=value``):
   ``/moved/<id>``, which the site redirects back to the article.
 * ``offsite=1``: also follow the front page's link to another host (``allowed_domains`` keeps it out).
 * ``articles=/article/3,/article/9``: article paths to start from too, as a user adds URLs to ``start_urls``.
+* ``headlines=1``: section pages also yield a :class:`Headline` item per listed article (pages of many items).
 * ``section=2``: crawl that section only, from its page rather than the front page (read with ``getattr``, as in
   Scrapy's tutorial: one job of several over parts of the site).
 """
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import scrapy
 
-from ..items import Article
+from ..items import Article, Headline
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -62,7 +63,7 @@ class NewsSpider(scrapy.Spider):
     allowed_domains = ["127.0.0.1"]
 
     def __init__(self, site: str = "", callbacks: str = "methods", chain: str = "0", offsite: str = "0",
-                 articles: str = "", **kwargs: Any) -> None:
+                 articles: str = "", headlines: str = "0", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not site:
             raise ValueError("the news spider needs -a site=URL")
@@ -73,6 +74,7 @@ class NewsSpider(scrapy.Spider):
         self.lambdas = callbacks == "lambda"
         self.chain = _flag(chain)
         self.offsite = _flag(offsite)
+        self.headlines = _flag(headlines)
         self.articles = [site.rstrip("/") + path for path in articles.split(",") if path]
 
     async def start(self) -> AsyncIterator[Any]:
@@ -97,9 +99,14 @@ class NewsSpider(scrapy.Spider):
             for href in response.css("a.offsite::attr(href)").getall():
                 yield response.follow(href, callback=self.parse_article, meta={"costsched_page_type": "article"})
 
-    def parse_section(self, response: Response) -> Iterator[scrapy.Request]:
-        """A section page: one request per listed article (and per staff-only link)."""
+    def parse_section(self, response: Response) -> Iterator[Headline | scrapy.Request]:
+        """A section page: one request per listed article (and per staff-only link), and with ``headlines`` an item
+        per listed article."""
         callback = parse_article_page if self.lambdas else self.parse_article
+        if self.headlines:
+            for link in response.css("a.article"):
+                yield Headline(section=response.url, title=link.css("::text").get("").strip(),
+                               url=response.urljoin(link.attrib["href"]))
         for href in response.css("a.article::attr(href), a.private::attr(href)").getall():
             yield response.follow(href, callback=callback, meta={"costsched_page_type": "article"})
 
