@@ -165,7 +165,7 @@ class VolatileFields:
 
     def _compare(self, page_type: str, fields: dict[str, str], previous: FieldRecord,
                  current: FieldRecord, vouched: bool) -> None:
-        """Add one comparison to each field of a sampled page that both records have."""
+        """Add one comparison to each field of a sampled page that the two records let :func:`field_changes` judge."""
         same, changed = (_SAME_VOUCHED, _CHANGED_VOUCHED) if vouched else (_SAME, _CHANGED)
         for name, moved in field_changes(previous, current).items():
             if name in fields or len(fields) < MAX_FIELDS:
