@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy_costsched.pages import PageState, Summary
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from scrapy.statscollectors import StatsCollector
 
@@ -118,11 +118,10 @@ class PageBook:
         summary = page.summary()
         self.store.put_page(key, page.to_json(), summary)
         if self._index is not None:
-            self._index[key] = self._number(Summary.from_row(summary))
+            self._index[key] = self._number(_PROFILE_FIELDS(Summary.from_row(summary)))
 
-    def _number(self, summary: Summary) -> int:
-        """The number of *summary*'s profile (a new one if no page had it)."""
-        fields = (summary.value, summary.group, summary.cost, summary.has_template, summary.unlinked)
+    def _number(self, fields: tuple[Any, ...]) -> int:
+        """The number of the profile of *fields* (:class:`Profile`'s, a new one if no page had it)."""
         try:
             number = self._numbers.get(fields)
         except TypeError:  # an unhashable stored value: a profile of its own
@@ -181,14 +180,34 @@ class PageBook:
         """
         self.flush()
         index: dict[str, int] = {}
+        yield from self._indexed(self.store.iter_summaries(), index)
+        self._index = index
+
+    def index(self, rows: Sequence[Sequence[Any]], profile_of: Callable[[Sequence[Any]], tuple[Any, ...]]) -> None:
+        """Index every known page from *rows* read from the store's columns without the rest of the summaries
+        (flush first; :mod:`~.preselection`): each page's key first, and :class:`Profile`'s fields (*profile_of*).
+        A summary stored as JSON has no columns to read them from: :meth:`reindexed` indexes such a page again as
+        it reads its summary. Made in C loops: a few hundred thousand pages in a few hundredths of a second."""
+        numbers = self._numbers
+        for fields in set(map(profile_of, rows)) - numbers.keys():
+            self._number(fields)
+        self._index = dict(zip(map(itemgetter(0), rows), map(numbers.__getitem__, map(profile_of, rows)), strict=True))
+
+    def reindexed(self, summaries: Iterable[tuple[str, Sequence[Any]]]) -> Iterator[tuple[str, Sequence[Any]]]:
+        """*summaries* (of an index made by :meth:`index`), as :meth:`summaries` shows them, each page indexed again."""
+        assert self._index is not None
+        return self._indexed(summaries, self._index)
+
+    def _indexed(self, summaries: Iterable[tuple[str, Sequence[Any]]], index: dict[str, int]
+                 ) -> Iterator[tuple[str, Sequence[Any]]]:
+        """*summaries*, padded to every field of :class:`Summary`, each page's profile number put in *index*."""
         number, numbers, fields = self._number, self._numbers, len(Summary._fields)
         profile_of = _PROFILE_FIELDS
-        for key, stored in self.store.iter_summaries():
+        for key, stored in summaries:
             # Shorter when written by an older version: padded with the defaults.
             row = stored if len(stored) == fields else Summary.from_row(stored)
             try:
                 index[key] = numbers[profile_of(row)]
             except (KeyError, TypeError):  # a profile not seen yet, or an unhashable stored value
-                index[key] = number(Summary._make(row))
+                index[key] = number(profile_of(row))
             yield key, row
-        self._index = index

@@ -147,7 +147,9 @@ class _Ranking:
     Only the head of the ranking that the budget can reach is ranked when the plan is made
     (:func:`~.scoring.rank_head`); the candidates below it (:attr:`rest`) are ranked a head at a time
     if the plan is extended that far, and new URLs discovery could not pay for (:attr:`tail`) after
-    every known page.
+    every known page. Where the plan did not read every known page (:mod:`~.preselection`), the pages
+    it left unread (:attr:`unread`, all below the head) join the rest when it is first ranked, as of the
+    plan's time (:attr:`read_at`).
     """
 
     def __init__(self) -> None:
@@ -161,6 +163,8 @@ class _Ranking:
         self.hubs = bytearray()
         self.rest: list[Candidate] = []
         self.tail: list[Candidate] = []
+        self.unread: list[str] = []
+        self.read_at = 0.0
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -328,11 +332,16 @@ class CostAwareScheduler(BaseScheduler):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            plan = make_plan(self.tracker.candidates(now), remaining - session, reserve_share=self.config.reserve_discovery,
+            preselected = self.tracker.preselect(now, max(remaining - session, 0.0), self.config.objective, self.cycle)
+            plan = make_plan(self.tracker.candidates(now) if preselected is None else preselected.candidates,
+                             remaining - session, reserve_share=self.config.reserve_discovery,
                              host_of=self.tracker.host_of, capacity_of=self.tracker.health.capacity,
-                             robots_cost=self.tracker.robots_cost, objective=self.config.objective, cycle=self.cycle)
+                             robots_cost=self.tracker.robots_cost, objective=self.config.objective, cycle=self.cycle,
+                             ranked=None if preselected is None else preselected.ranked)
             self._ranking.extend(plan.head)
             self._ranking.rest = plan.rest
+            if preselected is not None:
+                self._ranking.unread, self._ranking.read_at = preselected.unread, now
         finally:
             if collecting:
                 gc.enable()
@@ -362,7 +371,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/hubs", sum(map(leads_to_new_pages, planned)))
         if scouts:
             self.stats.set_value("costsched/plan/scout", len(scouts))
-        self.stats.set_value("costsched/plan/known_pages", len(self._ranking) + len(self._ranking.rest))
+        self.stats.set_value("costsched/plan/known_pages",
+                             len(self._ranking) + len(self._ranking.rest) + len(self._ranking.unread))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
@@ -1032,6 +1042,9 @@ class CostAwareScheduler(BaseScheduler):
         left can reach (:func:`~.scoring.rank_head`: the rest of a large site is not ranked on the reactor
         thread at once), then the new URLs discovery could not pay for; ``False`` if there are none."""
         ranking = self._ranking
+        if ranking.unread:
+            ranking.rest += self.tracker.unread_candidates(ranking.unread, ranking.read_at)
+            ranking.unread = []
         if ranking.rest:
             head, ranking.rest = rank_head(ranking.rest, max(self.tracker.ledger.spendable(), 0.0),
                                            self.config.objective, cycle=self.cycle)

@@ -19,13 +19,13 @@ import logging
 import math
 import sqlite3
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlitedict import SqliteDict
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 #: Bumped when stored data changes shape; a newer file is refused, never rewritten.
 #: Version 2 moved the summaries from ``plan:`` rows of :data:`TABLE` to :data:`PLAN_TABLE`.
@@ -101,6 +101,25 @@ class StateStorage(Protocol):
         sorted by key."""
 
 
+@runtime_checkable
+class SummaryQueries(Protocol):
+    """A store that answers SQL over its summaries (:data:`PLAN_TABLE`: the items of a summary stored in columns
+    ``c0``.., their number in ``n``; a summary that does not fit them as JSON text in ``json``).
+
+    Planning a large crawl computes part of each page's bound where the rows are and reads in full only the
+    pages whose bound reaches the head of its ranking (:mod:`~scrapy_costsched.preselection`)."""
+
+    def scan_plan(self, select: str, args: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
+        """Every summary row as the SQL expressions *select* over its columns (named parameters in *args*)."""
+
+    def summaries_of(self, fingerprints: Sequence[str]) -> Iterator[tuple[str, Sequence[Any]]]:
+        """The stored pages among *fingerprints*, as ``iter_summaries`` gives them."""
+
+    def summaries_at(self, rowids: Sequence[int]) -> Iterator[tuple[str, Sequence[Any]]]:
+        """The pages of the rows *rowids* gave (``rowid`` in a ``scan_plan`` with no write since), as ``summaries_of``:
+        a row is found by its rowid in one search of the table, by its key in two."""
+
+
 def _encode(value: Any) -> str:
     return _ENCODER(value)
 
@@ -114,6 +133,14 @@ def _plan_row(fingerprint: str, summary: list[Any]) -> tuple[Any, ...]:
     if len(summary) <= PLAN_COLUMNS and all(map(_column_value, summary)):
         return (fingerprint, len(summary), None, *summary, *(None,) * (PLAN_COLUMNS - len(summary)))
     return (fingerprint, None, _encode(summary), *(None,) * PLAN_COLUMNS)
+
+
+def _summaries(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[str, Sequence[Any]]]:
+    """Each row of :data:`PLAN_TABLE` (selected with ``*``: the columns it has, in ``_PLAN_FIELDS``' order) as a
+    fingerprint and a summary."""
+    for row in rows:
+        text = row[2]
+        yield row[0], row[3:row[1] + 3] if text is None else json.loads(text)
 
 
 def _column_value(item: Any) -> bool:
@@ -418,7 +445,7 @@ class SqliteDictStorage:
     def _select(self, query: str, args: list[str]) -> list[tuple[str, str]]:
         return list(self.db.conn.select(query, args))
 
-    def _read(self, query: str, args: list[str]) -> list[tuple[str, str]]:
+    def _read(self, query: str, args: list[str]) -> list[Any]:
         """*query* on our read-only connection, or through sqlitedict while its writer locks the file.
 
         That happens only when a transaction outgrows SQLite's page cache and spills into the
@@ -484,7 +511,7 @@ class SqliteDictStorage:
                 f'{verb} INTO "{table}" ({", ".join(fields)}) VALUES {",".join([one] * len(chunk))}{tail}',
                 [field for row in chunk for field in row])
 
-    def _scan(self, query: str, args: tuple[str, ...] = ()) -> Iterator[list[Any]]:
+    def _scan(self, query: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> Iterator[list[Any]]:
         """The rows of *query*, a chunk at a time, through a connection of our own.
 
         sqlitedict hands a select's rows one at a time through a queue from its thread, which
@@ -502,10 +529,25 @@ class SqliteDictStorage:
 
     def iter_summaries(self) -> Iterator[tuple[str, Sequence[Any]]]:
         """Every page's fingerprint and summary (booleans in columns come back as 0 or 1; a tuple or a list)."""
-        for chunk in self._scan(f'SELECT * FROM "{PLAN_TABLE}"'):  # the columns it has, in _PLAN_FIELDS' order
-            for row in chunk:
-                text = row[2]
-                yield row[0], row[3:row[1] + 3] if text is None else json.loads(text)
+        for chunk in self._scan(f'SELECT * FROM "{PLAN_TABLE}"'):
+            yield from _summaries(chunk)
+
+    def summaries_of(self, fingerprints: Sequence[str]) -> Iterator[tuple[str, Sequence[Any]]]:
+        return self._summaries_in("key", fingerprints)
+
+    def summaries_at(self, rowids: Sequence[int]) -> Iterator[tuple[str, Sequence[Any]]]:
+        return self._summaries_in("rowid", sorted(rowids))  # in order, the searches go through the file once
+
+    def _summaries_in(self, column: str, values: Sequence[Any]) -> Iterator[tuple[str, Sequence[Any]]]:
+        self.commit()  # read through our own connection, which sees what is committed
+        for start in range(0, len(values), MAX_VARIABLES):
+            chunk = list(values[start:start + MAX_VARIABLES])
+            yield from _summaries(self._read(
+                f'SELECT * FROM "{PLAN_TABLE}" WHERE {column} IN ({",".join("?" * len(chunk))})', chunk))
+
+    def scan_plan(self, select: str, args: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
+        for chunk in self._scan(f'SELECT {select} FROM "{PLAN_TABLE}"', args):
+            yield from chunk
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every page's record, in storage order rather than through the key index (which jumps across the

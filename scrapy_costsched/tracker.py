@@ -57,11 +57,12 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
+from scrapy_costsched.preselection import Preselection, bound_sql, preselect
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
 from scrapy_costsched.slots import HostPaused
-from scrapy_costsched.storage import StateError, StateStorage, storage_from_uri
+from scrapy_costsched.storage import StateError, StateStorage, SummaryQueries, storage_from_uri
 from scrapy_costsched.visits import (
     NOT_MODIFIED_META,
     PAGE_META,
@@ -77,7 +78,7 @@ from scrapy_costsched.visits import (
 from scrapy_costsched.volatility import MAX_ITEMS, MIN_COMPARISONS, VolatileFields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterable
+    from collections.abc import Callable, Coroutine, Iterable, Sequence
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
@@ -914,6 +915,35 @@ class Tracker:
         no request was seen for in ``COSTSCHED_UNLINKED_PERIODS`` since a page stopped
         linking to them (:meth:`_note_unlinked`).
         """
+        return self.candidates_of(self.pages.summaries() if keys is None else self.pages.summaries_of(keys), now)
+
+    def preselect(self, now: float, need: float, objective: str, cycle: float) -> Preselection | None:
+        """The plan's candidates as :meth:`candidates` gives them, but only as many as give the head of their
+        ranking that covers *need* (:mod:`~.preselection`); ``None`` when the store cannot compute bounds."""
+        if not isinstance(self.store, SummaryQueries):
+            return None
+        bound = bound_sql(now=now, cycle=cycle, objective=objective, tiers=self.config.value_tiers,
+                          default_value=self.resolve_value(self.config.default_value), depth_limit=self.depth_limit,
+                          by_size=self.billing.unit == "bytes")
+        return preselect(self.store, self.pages, bound, need, group_cost=lambda group: self._cost_floor(group, now),
+                         candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
+
+    def unread_candidates(self, keys: Sequence[str], now: float) -> list[Candidate]:
+        """The candidates of the pages of *keys* a preselected plan made at *now* left unread (:meth:`preselect`)."""
+        assert isinstance(self.store, SummaryQueries)
+        self.pages.flush()
+        return self.candidates_of(self.pages.reindexed(self.store.summaries_of(keys)), now)
+
+    def _cost_floor(self, group: str, now: float) -> float | None:
+        """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
+        ``None`` for a group whose pages are sent validators (their index is not bounded so)."""
+        costs = self._group_costs(group, now)
+        floor = costs.full - costs.hops
+        return floor if costs.revalidation is None and floor > 0.0 else None
+
+    def candidates_of(self, summaries: Iterable[tuple[str, Sequence[Any]]], now: float) -> list[Candidate]:
+        """The candidates of the pages of *summaries* (keys and summary rows) that may be visited now, as
+        :meth:`candidates` makes them."""
         result: list[Candidate] = []
         append = result.append
         # Looked up once per plan rather than once per page: tiers by name, priors and costs by group.
@@ -923,7 +953,7 @@ class Tracker:
         new_page_costs: dict[str, float] = {}
         by_size = self.billing.unit == "bytes"
         too_deep = unlinked_out = 0
-        for key, row in self.pages.summaries() if keys is None else self.pages.summaries_of(keys):
+        for key, row in summaries:
             (last_seen, rate, raw_value, strikes, has_template, group, cost, rate_low, rate_high, not_before, links,
              full_bytes, redirected, depth, unlinked) = row
             if not_before is not None and not_before > now:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from scrapy_costsched.model.discovery import Discovery
-from scrapy_costsched.model.scoring import Candidate, rank, rank_head
+from scrapy_costsched.model.scoring import Candidate, head_above, rank, rank_head
 
 
 def _candidate(rng: random.Random, i: int) -> Candidate:
@@ -95,3 +95,24 @@ def test_bad_candidates_raise_as_in_rank() -> None:
         rank_head([*good, Candidate("a", 1.0, 1.0, 1.0, 0.0)], 1.0)
     with pytest.raises(ValueError, match="objective must be one of"):
         rank_head(good, 1.0, "speed")
+
+
+def test_head_above_stops_where_candidates_not_given_could_rank() -> None:
+    """A plan that read only part of the pages (:mod:`scrapy_costsched.preselection`) knows the others index
+    below a floor: the head of what it read ends there, even where it read pages below the floor too, and
+    with the rest and the pages not read ranked after it, it is the ranking of them all."""
+    pages = [Candidate(f"p{i:03}", 1.0 + i % 3, 0.01 * (i + 1), 1.0 + i % 7, 1.0) for i in range(300)]
+    ranking = rank(pages, cycle=1.0)
+    floor = ranking[100][0]
+    assert ranking[101][0] < floor
+    not_given = [c for _, c in ranking[101:150]]
+    given = [c for _, c in ranking[:101]] + [c for _, c in ranking[150:]]
+    ranked = head_above(given, 50.0, floor, cycle=1.0)
+    assert ranked is not None
+    head, rest = ranked
+    assert head == ranking[:len(head)]
+    assert len(head) > 50
+    assert head + rank(rest + not_given, cycle=1.0) == ranking
+    # The 101 visits above the floor cost 101: more than that needs the pages not read yet.
+    assert head_above(given, 100.0, floor, cycle=1.0) is not None
+    assert head_above(given, 101.0, floor, cycle=1.0) is None

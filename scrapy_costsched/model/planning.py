@@ -64,13 +64,15 @@ def make_plan(
     robots_cost: Callable[[set[str | None]], float],
     objective: str = "freshness",
     cycle: float = 0.0,
+    ranked: tuple[list[tuple[float, Candidate]], list[Candidate]] | None = None,
 ) -> Plan:
     """The plan of a run with *remaining* budget: the affordable prefix of the ranking's head after
     *reserve_share* of the budget is kept for discovery and the hosts' robots.txt is paid for.
 
-    The head covers what the whole remaining budget can buy (:func:`~.scoring.rank_head`), less the
-    visits a host's download slot cannot make in the run (:mod:`~.capacity`). A hub is planned together
-    with the new pages it is expected to reveal; the scouts the discovery reserve pays for lead the run.
+    The head covers what the whole remaining budget can buy (:func:`~.scoring.rank_head`, or *ranked*: the
+    candidates' head and rest when ranked already), less the visits a host's download slot cannot make in
+    the run (:mod:`~.capacity`). A hub is planned together with the new pages it is expected to reveal; the
+    scouts the discovery reserve pays for lead the run.
     """
     capacities: dict[str, int] = {}
 
@@ -80,7 +82,7 @@ def make_plan(
         return capacities[host]
 
     budget = max(remaining, 0.0)
-    head, rest = rank_head(candidates, budget, objective, cycle=cycle)
+    head, rest = rank_head(candidates, budget, objective, cycle=cycle) if ranked is None else ranked
     head, over = within_capacity(head, lambda entry: host_of(entry[1].key), capacity)
     rest = [candidate for _, candidate in over] + rest
     left_out = Counter(host_of(candidate.key) for _, candidate in over)

@@ -50,8 +50,8 @@ _SERIES_BELOW = 0.5  # as in freshness.utility_fraction
 # Three-point rule in log(rate) with nodes at the 90% interval's ends (±1.6449 sd for a log-normal
 # posterior) and the estimate, weighted to integrate log(rate)**k exactly for k <= 3 (Gauss–Hermite
 # puts its nodes at ±sqrt(3) sd instead; this saves two powers per page).
-_SIDE = 0.5 / 1.6448536269514722**2
-_CENTRE = 1.0 - 2.0 * _SIDE
+SIDE_WEIGHT = 0.5 / 1.6448536269514722**2
+CENTRE_WEIGHT = 1.0 - 2.0 * SIDE_WEIGHT
 
 
 class Candidate(NamedTuple):
@@ -217,7 +217,7 @@ def _posterior_utility(rate: float, low: float, high: float, elapsed: float, cyc
     g_low = _node(low, elapsed, cycle, per_cycle)
     g = _node(rate, elapsed, cycle, per_cycle)
     g_high = _node(high, elapsed, cycle, per_cycle)
-    return _SIDE * (g_low / low + g_high / high) + _CENTRE * g / rate, _SIDE * (g_low + g_high) + _CENTRE * g
+    return SIDE_WEIGHT * (g_low / low + g_high / high) + CENTRE_WEIGHT * g / rate, SIDE_WEIGHT * (g_low + g_high) + CENTRE_WEIGHT * g
 
 
 def _index(candidate: Candidate, changes: bool, cycle: float) -> float:
@@ -244,7 +244,7 @@ def _own(candidate: Candidate, changes: bool, cycle: float) -> tuple[float, floa
         expected_ru = 1.0 if elapsed == math.inf else _node(rate, elapsed, cycle, elapsed / cycle if cycle else 0.0)
         expected_u = expected_ru / rate
     elif elapsed == math.inf:
-        expected_u, expected_ru = _SIDE * (1.0 / low + 1.0 / high) + _CENTRE / rate, 1.0
+        expected_u, expected_ru = SIDE_WEIGHT * (1.0 / low + 1.0 / high) + CENTRE_WEIGHT / rate, 1.0
     else:
         expected_u, expected_ru = _posterior_utility(rate, low, high, elapsed, cycle)
     gain = value * (expected_ru if changes else expected_u)
@@ -267,7 +267,7 @@ def rank(
     if not 0.0 <= cycle < math.inf:
         raise ValueError("cycle must be finite and non-negative")
     changes = objective == "changes"
-    inf, node, side, centre = math.inf, _node, _SIDE, _CENTRE
+    inf, node, side, centre = math.inf, _node, SIDE_WEIGHT, CENTRE_WEIGHT
     # A plan allocates a tuple per page and no reference cycles: the cyclic
     # collector would only rescan the growing list (half the run time at 1M pages).
     collecting = gc.isenabled()
@@ -317,7 +317,7 @@ def rank(
 HEAD_FACTOR = 2.0
 HEAD_MIN_PAGES = 1024
 # Bounds are computed in floating point, as the indexes they bound: inflated by far more than their rounding.
-_BOUND_MARGIN = 1.0 + 1e-9
+BOUND_MARGIN = 1.0 + 1e-9
 
 
 def rank_head(
@@ -342,7 +342,7 @@ def rank_head(
     if not 0.0 <= cycle < math.inf:
         raise ValueError("cycle must be finite and non-negative")
     changes = objective == "changes"
-    inf, side, centre = math.inf, _SIDE, _CENTRE
+    inf, side, centre = math.inf, SIDE_WEIGHT, CENTRE_WEIGHT
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -365,7 +365,7 @@ def rank_head(
             else:
                 bound = side * (min(1.0 / low, low * reach) + min(1.0 / high, high * reach)) + centre * min(
                     1.0 / rate, rate * reach)
-            bounds.append(value * bound / cost * _BOUND_MARGIN)
+            bounds.append(value * bound / cost * BOUND_MARGIN)
             bounded.append(c)
         if not bounded:
             return rank(others, objective, cycle), []
@@ -387,8 +387,7 @@ def rank_head(
                 _order_ties_by_key(scored)
             previous = threshold
             end = _first_below(scored, threshold)
-            if math.fsum(c.cost if c.revalidation_cost is None else c.expected_cost
-                         for _, c in scored[:end]) > need:
+            if _expected_cost(scored[:end]) > need:
                 break
             pages *= 4
         rest = list(compress(bounded, map(threshold.__gt__, bounds)))
@@ -398,6 +397,25 @@ def rank_head(
     finally:
         if collecting:
             gc.enable()
+
+
+def head_above(
+    candidates: list[Candidate], need: float, floor: float, objective: str = "freshness", cycle: float = 0.0
+) -> tuple[list[tuple[float, Candidate]], list[Candidate]] | None:
+    """:func:`rank_head` of *candidates* where other candidates, not given, index below *floor*: the head
+    holds only indexes at or above it, which rank above all of those; ``None`` if such a head does not cost
+    more than *need* (more candidates must be given).
+    """
+    head, rest = rank_head(candidates, need, objective, cycle)
+    end = _first_below(head, floor)
+    if _expected_cost(head[:end]) <= need:
+        return None
+    return head[:end], [*map(itemgetter(1), head[end:]), *rest]
+
+
+def _expected_cost(scored: list[tuple[float, Candidate]]) -> float:
+    """What the visits of *scored* are expected to cost, as a plan counts them."""
+    return math.fsum(c.cost if c.revalidation_cost is None else c.expected_cost for _, c in scored)
 
 
 def _first_below(scored: list[tuple[float, Candidate]], threshold: float) -> int:

@@ -1,0 +1,165 @@
+"""Planning a large crawl without reading every known page in full: bounds computed where the pages are stored.
+
+A plan needs only the head of the ranking (:func:`~.model.scoring.rank_head`), and most known
+pages are bounded below its threshold and never scored; but reading every page's summary into
+Python to bound it was most of what a plan cost at scale (``bench/crawl_scale.py``, 200,000 known
+pages: the read alone 1.0 s of 3.9 s under the profiler, building a candidate of each page most of
+the rest). Here a store that answers SQL (:class:`~.storage.SummaryQueries`) computes the part of
+each page's bound that its own fields decide, its value times the bound on its freshness gain
+(:func:`~.model.scoring.rank_head`), in the scan that reads each page's key and profile for the
+page index (:meth:`~.pagebook.PageBook.index`); the cost it is divided by is known per group.
+Only the pages whose bound reaches the threshold the budget asks for, and those the bound does
+not cover (never fetched, hubs, pages of hosts sent validators, waiting out a backoff, ...), are
+read in full and ranked. Every page left unread indexes below that threshold, so the part of
+their ranking at or above it is the head that ranking every page would give. The pages left
+unread are read when a leftover round walks past the head, if one does.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from scrapy_costsched.learner import DAY
+from scrapy_costsched.model.scoring import (
+    BOUND_MARGIN,
+    CENTRE_WEIGHT,
+    HEAD_FACTOR,
+    HEAD_MIN_PAGES,
+    SIDE_WEIGHT,
+    Candidate,
+    head_above,
+    rank_head,
+)
+from scrapy_costsched.pages import Summary
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from scrapy_costsched.pagebook import PageBook
+    from scrapy_costsched.storage import SummaryQueries
+
+#: Each field of a summary as the column of the store's plan table that holds it.
+_COLUMN = {name: f"c{position}" for position, name in enumerate(Summary._fields)}
+
+
+@dataclass
+class Preselection:
+    """The pages a plan read in full (*candidates*), the head of their ranking and the rest of it (*ranked*:
+    the head ranking every known page gives), and the keys of the pages left unread, all below that head."""
+
+    candidates: list[Candidate]
+    ranked: tuple[list[tuple[float, Candidate]], list[Candidate]]
+    unread: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BoundSql:
+    """An SQL expression over a summary row: the page's value times the bound of its freshness gain
+    (:func:`~.model.scoring.rank_head`), ``NULL`` for a page the bound does not cover; and its parameters."""
+
+    expression: str
+    args: dict[str, Any]
+
+
+def bound_sql(*, now: float, cycle: float, objective: str, tiers: Mapping[str, float], default_value: float,
+              depth_limit: float, by_size: bool) -> BoundSql:
+    """The bound of pages visited before *now* with a rate estimate, a stored template and the plan's other fields
+    plain (no backoff, not unlinked, within *depth_limit*, not a hub), as :func:`~.model.scoring.rank_head` bounds
+    them: ``min(1/r, r·(t + c)²/2)`` (or ``min(1, (r·(t + c))²/2)`` for the ``changes`` objective), at the 90%
+    interval's ends too where the estimate has one, weighed as its nodes are. (A looser bound in one ``min``,
+    ``min(1/a, b·(t + c)²/2)`` over the interval, took half the SQL's time, but the benchmark's plan then found
+    too few pages above its threshold and read four times as many again.) Strikes only lower a page's value, so
+    its bound holds for it. Under byte billing a page with its own measured size is not covered (its cost is
+    not its group's)."""
+    c = _COLUMN
+    args: dict[str, Any] = {"now": now, "cycle": cycle, "depth_limit": depth_limit, "default_value": default_value,
+                            "largest": sys.float_info.max}
+    age = f"((:now - {c['last_seen']}) / {DAY!r} + :cycle)"  # in days, a cycle on: as candidates and rank_head count it
+    reach = f"{age} * {age} * 0.5"
+
+    def number(column: str, low: str = "0") -> str:  # a text compares above every number in SQL
+        return f"{column} > {low} AND {column} <= :largest"
+
+    rate, low, high, value, cost = c["rate"], c["rate_low"], c["rate_high"], c["value"], c["cost"]
+
+    def node(rate: str) -> str:
+        return f"min(1.0, {rate} * {rate} * {reach})" if objective == "changes" else \
+            f"min(1.0 / {rate}, {rate} * {reach})"
+
+    gain = (f"CASE WHEN {low} IS NULL AND {high} IS NULL THEN {node(rate)} WHEN {number(low)} AND {number(high, low)} "
+            f"THEN {SIDE_WEIGHT!r} * ({node(low)} + {node(high)}) + {CENTRE_WEIGHT!r} * {node(rate)} END")
+    for position, (tier, weight) in enumerate(tiers.items()):
+        args[f"tier{position}"], args[f"weight{position}"] = tier, weight
+    named = "".join(f"WHEN :tier{position} THEN :weight{position} " for position in range(len(tiers)))
+    page_value = f"CASE {value} {named}ELSE CASE WHEN {number(value)} THEN {value} ELSE :default_value END END"
+    covered = [
+        "json IS NULL", f"n = {len(Summary._fields)}", f"{c['has_template']} = 1", f"{c['not_before']} IS NULL",
+        f"{c['unlinked']} IS NULL", f"({c['depth']} IS NULL OR {c['depth']} <= :depth_limit)",
+        f"{c['last_seen']} < :now", number(rate), f"({cost} IS NULL OR {number(cost)})",
+    ]
+    if by_size:
+        covered.append(f"({cost} IS NOT NULL OR {c['full_bytes']} IS NULL)")
+    return BoundSql(f"CASE WHEN {' AND '.join(covered)} THEN ({page_value}) * ({gain}) END", args)
+
+
+def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: float, *,
+              group_cost: Callable[[str], float | None],
+              candidates_of: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[Candidate]], objective: str,
+              cycle: float) -> Preselection:
+    """Index every known page of *store*, then read and rank as few of them as give the head of the ranking that
+    covers *need*.
+
+    A page's bound is *bound*'s expression divided by its planned cost, its own override or at least its group's
+    (*group_cost*, ``None`` where the bound does not cover the group's pages); *candidates_of* makes the candidates
+    of summaries. The first read takes the pages whose bounds reach the threshold :func:`~.model.scoring.rank_head`
+    would start from; when their head above it does not cover *need*, four times as many are read, and so on.
+    """
+    pages.flush()
+    rows = list(store.scan_plan(f"key, rowid, {bound.expression}, {_PROFILE_COLUMNS}", bound.args))
+    pages.index(rows, _PROFILE)
+    covered: list[tuple[Any, ...]] = []  # the rows of the pages the bound covers, and their bounds
+    bounds = array("d")
+    uncovered = array("q")
+    costs = 0.0
+    floors: dict[str, float | None] = {}
+    for row in rows:  # each: key, rowid, the bound's expression, the profile's columns (cost at 5, group at 4)
+        partial = row[2]
+        if partial is not None:
+            cost = row[5]
+            if cost is None:
+                group = row[4]
+                cost = floors[group] if group in floors else floors.setdefault(group, group_cost(group))
+            if cost is not None:
+                covered.append(row)
+                bounds.append(partial / cost * BOUND_MARGIN)
+                costs += cost
+                continue
+        uncovered.append(row[1])
+    del rows
+    ascending = sorted(bounds)
+    count = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need * len(bounds) / costs)) if bounds and need < math.inf \
+        else len(bounds)
+    candidates = candidates_of(pages.reindexed(store.summaries_at(uncovered)))
+    upper = math.inf
+    while True:
+        threshold = ascending[-count] if count < len(ascending) else -math.inf
+        candidates += candidates_of(pages.reindexed(store.summaries_at(
+            [row[1] for row, b in zip(covered, bounds, strict=True) if threshold <= b < upper])))
+        if threshold == -math.inf:
+            return Preselection(candidates, rank_head(candidates, need, objective, cycle))
+        ranked = head_above(candidates, need, threshold, objective, cycle)
+        if ranked is not None:
+            return Preselection(candidates, ranked,
+                                [row[0] for row, b in zip(covered, bounds, strict=True) if b < threshold])
+        upper, count = threshold, count * 4
+
+
+#: The columns of a page's :class:`~.pagebook.Profile`, in its order, after the key, rowid and bound; and where
+#: they are in such a row.
+_PROFILE_COLUMNS = ", ".join(_COLUMN[name] for name in ("value", "group", "cost", "has_template", "unlinked"))
+_PROFILE = itemgetter(3, 4, 5, 6, 7)

@@ -1,0 +1,201 @@
+"""A plan that reads only the pages whose bound reaches its head equals the plan that reads them all."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_costsched import CostAwareScheduler
+from scrapy_costsched.model import RateEstimate
+from scrapy_costsched.model.discovery import NewLinkStats
+from scrapy_costsched.model.scoring import rank
+from scrapy_costsched.pages import MeanBytes, PageState, make_template
+from scrapy_costsched.preselection import bound_sql
+from scrapy_costsched.storage import SqliteDictStorage
+from scrapy_costsched.tracker import DAY, Tracker
+from tests.helpers import fake_now
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+PAGES = 4000
+#: Under byte billing host .1 is sent validators (its pages are read and ranked in full); host .2 is not.
+HOSTS = {
+    "host:127.0.0.1": {"bytes": {"127.0.0.1|p": [2000.0, 40], "127.0.0.1|p|304": [200.0, 40]},
+                       "validators": {"etag": [3, 0, 0, 0, 0], "answers": [9, 1, 0, 0, 5, 0, 0.0, ""],
+                                      "seen": [40, 40, 0]}},
+    "host:127.0.0.2": {"bytes": {"127.0.0.2|p": [3000.0, 40]}},
+}
+
+
+class PlanSpider(Spider):
+    name = "plan"
+
+    def parse(self, response: Any) -> None:
+        pass
+
+
+def page_of(i: int, spider: PlanSpider) -> PageState:
+    """Page *i* of a state whose pages differ in every field planning reads."""
+    url = f"http://127.0.0.{1 + (i % 4 != 0)}:9/p/{i}"
+    now = fake_now()
+    meta: dict[str, Any] = {"depth": 3 if i % 97 == 0 else 1}
+    if i % 13 == 0:
+        meta["costsched_cost"] = 0.5 + i % 3
+    rate = math.exp(-6.0 + 8.0 * ((i * 0.618) % 1.0))
+    page = PageState(
+        url=url, host=url.split("/")[2].split(":")[0], page_type="p",
+        value=("high", "normal", "low", 2.5, "renamed")[i % 5] if i % 7 else "critical",
+        first_seen=now - 90 * DAY,
+        template=None if i % 89 == 0 else make_template(Request(url, callback=spider.parse, meta=meta), spider),
+        last_visit=None if i % 61 == 0 else now - (0.01 + i % 19) * DAY - (i % 24) * 3600.0,
+        estimate=None if i % 11 == 0 else RateEstimate(rate, rate / (1 + i % 4), rate * (1 + i % 3)),
+        links=NewLinkStats(links=1.0 + i % 3, days=2.0, most=3) if i % 53 == 0 else None,
+        gone_strikes=1 if i % 47 == 0 else 0, refusals=1 if i % 83 == 0 else 0,
+        not_before=now + (DAY if i % 2 else -DAY) if i % 71 == 0 else None,
+        unlinked_since=now - 10 * DAY if i % 79 == 0 else None, redirected=i % 3 == 0,
+        full_bytes=MeanBytes(500.0 + 7.0 * (i % 300), 3) if i % 4 == 1 else None)
+    page.last_attempt = page.last_visit
+    return page
+
+
+def write_state(path: Path, pages: Iterable[PageState]) -> Path:
+    crawler = get_crawler(PlanSpider)
+    store = SqliteDictStorage(path)
+    store.open()
+    for page in pages:
+        store.put_page(crawler.request_fingerprinter.fingerprint(Request(page.url)).hex(), page.to_json(),
+                       page.summary())
+    for name, row in HOSTS.items():
+        store.set_meta(name, row)
+    store.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spider = PlanSpider()
+    return write_state(tmp_path_factory.mktemp("preselection") / "state.sqlite", (page_of(i, spider) for i in range(PAGES)))
+
+
+def planned(state: Path, workdir: Path, preselect: bool, monkeypatch: pytest.MonkeyPatch,
+            **settings: Any) -> CostAwareScheduler:
+    """A scheduler over a copy of *state*, opened and planned without an engine, reading every page or not."""
+    copy = workdir / f"{'pre' if preselect else 'full'}.sqlite"
+    shutil.copy(state, copy)
+    crawler = get_crawler(PlanSpider, {"COSTSCHED_STATE": str(copy), "COSTSCHED_CLOCK": "tests.helpers.fake_now",
+                                       "COSTSCHED_FALLBACK_SCHEDULER": "tests.test_scheduler.ListScheduler",
+                                       "DEPTH_LIMIT": 2, "COSTSCHED_UNLINKED_PERIODS": 3, **settings})
+    crawler.spider = crawler._create_spider()
+    scheduler = CostAwareScheduler.from_crawler(crawler)
+    with monkeypatch.context() as patch:
+        if not preselect:
+            patch.setattr(Tracker, "preselect", lambda *_: None)
+        scheduler.tracker.open()
+        scheduler._plan()
+    return scheduler
+
+
+def assert_unread_below_head(pre: CostAwareScheduler, full: CostAwareScheduler, objective: str) -> None:
+    """No page left unread ranks above a page of the head."""
+    unread = set(pre._ranking.unread)
+    indexes = [index for index, c in rank(full.tracker.candidates(fake_now()), objective, cycle=full.cycle)
+               if c.key in unread]
+    assert max(indexes) < min(pre._ranking.indices)
+
+
+def profiles(scheduler: CostAwareScheduler) -> dict[str, Any]:
+    book = scheduler.tracker.pages
+    assert book._index is not None
+    return {key: book._profiles[number] for key, number in book._index.items()}
+
+
+PLAN_STATS = ("known_pages", "planned", "depth_limit", "unlinked", "yield_only", "hubs", "scout")
+
+
+@pytest.mark.parametrize(("billing", "budget", "objective"), [
+    ("requests", 60, "freshness"),
+    ("requests", 400, "changes"),
+    ("requests", 900, "freshness"),
+    ("requests", 1500, "changes"),
+    ("bandwidth", "150kB", "freshness"),
+])
+def test_a_plan_that_reads_only_the_head_is_the_plan_that_reads_every_page(
+        state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, billing: str, budget: Any, objective: str
+) -> None:
+    settings = {"COSTSCHED_BILLING": billing, "COSTSCHED_BUDGET": budget, "COSTSCHED_OBJECTIVE": objective}
+    pre = planned(state, tmp_path, True, monkeypatch, **settings)
+    full = planned(state, tmp_path, False, monkeypatch, **settings)
+    assert pre._ranking.unread  # some pages were not read
+    assert not full._ranking.unread
+    assert pre._plan_end == full._plan_end > 10
+    assert pre._ranking.keys[:pre._plan_end] == full._ranking.keys[:full._plan_end]
+    assert pre._discovery_allowance == pytest.approx(full._discovery_allowance)
+    assert pre.tracker.yield_only == full.tracker.yield_only
+    assert pre.tracker.too_deep == full.tracker.too_deep
+    for name in PLAN_STATS:
+        assert pre.stats.get_value(f"costsched/plan/{name}") == full.stats.get_value(f"costsched/plan/{name}"), name
+    assert_unread_below_head(pre, full, objective)
+    # Every page is indexed as reading them all indexes it, those the plan did not read too.
+    assert profiles(pre) == profiles(full)
+    # Leftover rounds that walk past the head read the rest and rank it as the plan that read it ranks it.
+    for scheduler in (pre, full):
+        scheduler._dispatched.update(scheduler._ranking.keys)
+        while scheduler._rank_rest():
+            pass
+        assert not scheduler._ranking.unread
+    assert pre._ranking.keys == full._ranking.keys
+    ranked = {c.key for _, c in rank(full.tracker.candidates(fake_now()), objective, cycle=full.cycle)}
+    assert set(pre._ranking.keys) == ranked
+    for scheduler in (pre, full):
+        scheduler.close("finished")
+
+
+def test_the_sql_bound_is_at_least_each_covered_page_s_index(state: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """What makes the head exact: no page left unread can index above a page read. Checked page by page
+    against the indexes ranking gives (the bound SQL computes, divided by the page's cost)."""
+    scheduler = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60)
+    tracker, now = scheduler.tracker, fake_now()
+    bound = bound_sql(now=now, cycle=scheduler.cycle, objective="freshness", tiers=tracker.config.value_tiers,
+                      default_value=tracker.resolve_value(tracker.config.default_value),
+                      depth_limit=tracker.depth_limit, by_size=False)
+    partial = dict(tracker.store.scan_plan(f"key, {bound.expression}", bound.args))  # type: ignore[union-attr]
+    covered = 0
+    for index, candidate in rank(tracker.candidates(now), cycle=scheduler.cycle):
+        if partial[candidate.key] is not None and candidate.revalidation_cost is None:
+            covered += 1
+            assert index <= partial[candidate.key] / candidate.cost * (1 + 1e-9)
+    assert covered > PAGES / 2
+    scheduler.close("finished")
+
+
+
+def test_where_bounds_are_tight_the_head_stops_at_the_pages_left_unread(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages that change often and were visited long ago index within a few percent of their bounds, so the
+    pages left unread index just below the threshold and the head read above it must stop there."""
+    spider = PlanSpider()
+    now = fake_now()
+    pages = []
+    for i in range(3000):
+        url = f"http://127.0.0.2:9/p/{i}"
+        rate = 1.0 + 7.0 * ((i * 0.618) % 1.0)
+        pages.append(PageState(url=url, host="127.0.0.2", page_type="p", value="normal", first_seen=now - 90 * DAY,
+                               template=make_template(Request(url, callback=spider.parse), spider),
+                               last_visit=now - (5 + i % 15) * DAY, estimate=RateEstimate(rate, rate / 2, rate * 2)))
+    state = write_state(tmp_path / "state.sqlite", pages)
+    pre = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=700)
+    full = planned(state, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=700)
+    assert pre._ranking.unread
+    assert pre._plan_end == full._plan_end
+    assert pre._ranking.keys[:pre._plan_end] == full._ranking.keys[:full._plan_end]
+    assert_unread_below_head(pre, full, "freshness")
+    for scheduler in (pre, full):
+        scheduler.close("finished")
