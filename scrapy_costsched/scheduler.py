@@ -373,6 +373,8 @@ class CostAwareScheduler(BaseScheduler):
             self.stats.set_value("costsched/plan/scout", len(scouts))
         self.stats.set_value("costsched/plan/known_pages",
                              len(self._ranking) + len(self._ranking.rest) + len(self._ranking.unread))
+        if self._ranking.unread:
+            self.stats.set_value("costsched/plan/unread", len(self._ranking.unread))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
+from bench.crawl_scale import seed_state, start_site, stop
 from scrapy_costsched import CostAwareScheduler
 from scrapy_costsched.model import RateEstimate
 from scrapy_costsched.model.discovery import NewLinkStats
@@ -18,7 +23,7 @@ from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.preselection import bound_sql
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY, Tracker
-from tests.helpers import fake_now
+from tests.helpers import ROOT, fake_now
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -199,3 +204,38 @@ def test_where_bounds_are_tight_the_head_stops_at_the_pages_left_unread(tmp_path
     assert_unread_below_head(pre, full, "freshness")
     for scheduler in (pre, full):
         scheduler.close("finished")
+
+
+def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_it_all_plans(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``scrapy runspider`` of the scale bench's spider (``ROBOTSTXT_OBEY``, the add-on) against its generated site,
+    over a state that knows 3,000 of its pages: the plan reads only part of them, and the crawl visits every page
+    the plan made from reading them all would visit."""
+    site_process, site = start_site(3000)
+    try:
+        seed = tmp_path / "seed.sqlite"
+        seed_state(seed, site, 3000, fake_now())
+        expected = planned(seed, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=200, ROBOTSTXT_OBEY=True)
+        planned_urls = set()
+        for key in expected._ranking.keys[:expected._plan_end]:
+            page = expected.tracker.page(key)
+            assert page is not None
+            planned_urls.add(page.url)
+        expected.close("finished")
+        state, visited, stats_file = tmp_path / "crawl.sqlite", tmp_path / "visited.txt", tmp_path / "stats.json"
+        shutil.copy(seed, state)
+        proc = subprocess.run(
+            [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "bench" / "scale_spider.py"), "-a", f"site={site}",
+             "-a", f"visited={visited}", "-s", f"COSTSCHED_STATE={state}", "-s", "COSTSCHED_BUDGET=200",
+             "-s", "COSTSCHED_CLOCK=tests.helpers.fake_now", "-s", f"BENCH_STATS_FILE={stats_file}"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300,
+            check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        stop(site_process)
+    stats = json.loads(stats_file.read_text())["stats"]
+    assert "log_count/ERROR" not in stats, proc.stderr[-3000:]
+    assert stats["costsched/plan/known_pages"] == 3000
+    assert 0 < stats["costsched/plan/unread"] < 3000
+    assert stats["costsched/plan/planned"] == len(planned_urls) > 100
+    assert planned_urls <= set(visited.read_text().split())
