@@ -38,7 +38,7 @@ from scrapy_costsched.model.scoring import (
 from scrapy_costsched.pages import Summary
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from scrapy_costsched.pagebook import PageBook
     from scrapy_costsched.storage import SummaryQueries
@@ -48,13 +48,24 @@ _COLUMN = {name: f"c{position}" for position, name in enumerate(Summary._fields)
 
 
 @dataclass
+class Unread:
+    """The pages a plan left unread: their keys, and the rowids their summaries had then."""
+
+    keys: list[str] = field(default_factory=list)
+    rowids: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass
 class Preselection:
     """The pages a plan read in full (*candidates*), the head of their ranking and the rest of it (*ranked*:
-    the head ranking every known page gives), and the keys of the pages left unread, all below that head."""
+    the head ranking every known page gives), and the pages left unread, all below that head."""
 
     candidates: list[Candidate]
     ranked: tuple[list[tuple[float, Candidate]], list[Candidate]]
-    unread: list[str] = field(default_factory=list)
+    unread: Unread = field(default_factory=Unread)
 
 
 @dataclass(frozen=True)
@@ -154,9 +165,21 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
             return Preselection(candidates, rank_head(candidates, need, objective, cycle))
         ranked = head_above(candidates, need, threshold, objective, cycle)
         if ranked is not None:
-            return Preselection(candidates, ranked,
-                                [row[0] for row, b in zip(covered, bounds, strict=True) if b < threshold])
+            below = [row for row, b in zip(covered, bounds, strict=True) if b < threshold]
+            return Preselection(candidates, ranked, Unread([row[0] for row in below], array("q", [row[1] for row in below])))
         upper, count = threshold, count * 4
+
+
+def unread_summaries(store: SummaryQueries, unread: Unread) -> Iterator[tuple[str, Sequence[Any]]]:
+    """The summaries of the pages a plan left unread, as they are now: read by rowid (a third of the time by key,
+    for a leftover round that waits for them), then by key those whose rows moved since (rewritten by an SQLite
+    older than 3.24, which has no upsert)."""
+    missing = set(unread.keys)
+    for key, row in store.summaries_at(unread.rowids):
+        if key in missing:
+            missing.remove(key)
+            yield key, row
+    yield from store.summaries_of(list(missing))
 
 
 #: The columns of a page's :class:`~.pagebook.Profile`, in its order, after the key, rowid and bound; and where

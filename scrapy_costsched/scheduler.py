@@ -26,6 +26,7 @@ from scrapy_costsched.ledger import amount
 from scrapy_costsched.loop import in_thread
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
+from scrapy_costsched.preselection import Unread
 from scrapy_costsched.sessions import SESSION_META, SESSION_STEP_META
 from scrapy_costsched.tracker import DAY, GONE_AFTER, GONE_RECHECK_PERIODS, Tracker
 from scrapy_costsched.visits import PAGE_META, REASON_META, REFUSED_META, RUN_META, SUBREQUEST_META, VISIT_META
@@ -163,7 +164,7 @@ class _Ranking:
         self.hubs = bytearray()
         self.rest: list[Candidate] = []
         self.tail: list[Candidate] = []
-        self.unread: list[str] = []
+        self.unread = Unread()
         self.read_at = 0.0
 
     def __len__(self) -> int:
@@ -1046,7 +1047,7 @@ class CostAwareScheduler(BaseScheduler):
         ranking = self._ranking
         if ranking.unread:
             ranking.rest += self.tracker.unread_candidates(ranking.unread, ranking.read_at)
-            ranking.unread = []
+            ranking.unread = Unread()
         if ranking.rest:
             head, ranking.rest = rank_head(ranking.rest, max(self.tracker.ledger.spendable(), 0.0),
                                            self.config.objective, cycle=self.cycle)

@@ -57,7 +57,7 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.preselection import Preselection, bound_sql, preselect
+from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, unread_summaries
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
@@ -928,11 +928,11 @@ class Tracker:
         return preselect(self.store, self.pages, bound, need, group_cost=lambda group: self._cost_floor(group, now),
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
-    def unread_candidates(self, keys: Sequence[str], now: float) -> list[Candidate]:
-        """The candidates of the pages of *keys* a preselected plan made at *now* left unread (:meth:`preselect`)."""
+    def unread_candidates(self, unread: Unread, now: float) -> list[Candidate]:
+        """The candidates of the pages a preselected plan made at *now* left *unread* (:meth:`preselect`)."""
         assert isinstance(self.store, SummaryQueries)
         self.pages.flush()
-        return self.candidates_of(self.pages.reindexed(self.store.summaries_of(keys)), now)
+        return self.candidates_of(self.pages.reindexed(unread_summaries(self.store, unread)), now)
 
     def _cost_floor(self, group: str, now: float) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
