@@ -929,10 +929,12 @@ class Tracker:
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
     def unread_candidates(self, unread: Unread, now: float) -> list[Candidate]:
-        """The candidates of the pages a preselected plan made at *now* left *unread* (:meth:`preselect`)."""
+        """The candidates of the pages a preselected plan made at *now* left *unread* (:meth:`preselect`). Their rows
+        were read whole into the page index (the bound covers only summaries of every field in columns), which
+        each write since kept current."""
         assert isinstance(self.store, SummaryQueries)
         self.pages.flush()
-        return self.candidates_of(self.pages.reindexed(unread_summaries(self.store, unread)), now)
+        return self.candidates_of(unread_summaries(self.store, unread), now)
 
     def _cost_floor(self, group: str, now: float) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
