@@ -49,13 +49,22 @@ _COLUMN = {name: f"c{position}" for position, name in enumerate(Summary._fields)
 
 @dataclass
 class Unread:
-    """The pages a plan left unread: their keys, and the rowids their summaries had then."""
+    """Pages the bound covers that are not read yet: their keys, the rowids of their summaries when the plan read
+    the bounds, and their bounds; and the mean cost the bounds were divided by."""
 
     keys: list[str] = field(default_factory=list)
     rowids: array[int] = field(default_factory=lambda: array("q"))
+    bounds: array[float] = field(default_factory=lambda: array("d"))
+    mean_cost: float = 1.0
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def within(self, low: float, high: float) -> Unread:
+        """The pages whose bounds are at least *low* and below *high*."""
+        inside = [position for position, bound in enumerate(self.bounds) if low <= bound < high]
+        return Unread([self.keys[p] for p in inside], array("q", [self.rowids[p] for p in inside]),
+                      array("d", [self.bounds[p] for p in inside]), self.mean_cost)
 
 
 @dataclass
@@ -133,8 +142,7 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
     pages.flush()
     rows = list(store.scan_plan(f"key, rowid, {bound.expression}, {_PROFILE_COLUMNS}", bound.args))
     pages.index(rows, _PROFILE)
-    covered: list[tuple[Any, ...]] = []  # the rows of the pages the bound covers, and their bounds
-    bounds = array("d")
+    covered = Unread()
     uncovered = array("q")
     costs = 0.0
     floors: dict[str, float | None] = {}
@@ -146,27 +154,46 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
                 group = row[4]
                 cost = floors[group] if group in floors else floors.setdefault(group, group_cost(group))
             if cost is not None:
-                covered.append(row)
-                bounds.append(partial / cost * BOUND_MARGIN)
+                covered.keys.append(row[0])
+                covered.rowids.append(row[1])
+                covered.bounds.append(partial / cost * BOUND_MARGIN)
                 costs += cost
                 continue
         uncovered.append(row[1])
     del rows
-    ascending = sorted(bounds)
-    count = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need * len(bounds) / costs)) if bounds and need < math.inf \
-        else len(bounds)
-    candidates = candidates_of(pages.reindexed(store.summaries_at(uncovered)))
+    if covered:
+        covered.mean_cost = costs / len(covered)
+    candidates = candidates_of(pages.reindexed(store.summaries_at(uncovered)))  # summaries stored as JSON too
+    read: list[Candidate] = []
+
+    def read_in_full(pages_read: Unread) -> list[Candidate]:
+        more = candidates_of(unread_summaries(store, pages_read))
+        read.extend(more)
+        return more
+
+    ranked, unread = rank_above(candidates, covered, need, read_in_full, objective, cycle)
+    return Preselection(candidates + read, ranked, unread)
+
+
+def rank_above(candidates: list[Candidate], unread: Unread, need: float, read: Callable[[Unread], list[Candidate]],
+               objective: str, cycle: float) -> tuple[tuple[list[tuple[float, Candidate]], list[Candidate]], Unread]:
+    """The head of the ranking of *candidates* and the *unread* pages that covers *need*, the rest of what was read,
+    and the pages still unread (all below the head): reads (*read*) the unread pages whose bounds reach the
+    threshold :func:`~.model.scoring.rank_head` would start from, then, while their head above it does not cover
+    *need*, four times as many."""
+    ascending = sorted(unread.bounds)
+    count = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need / unread.mean_cost)) if need < math.inf \
+        else len(ascending)
+    candidates = list(candidates)
     upper = math.inf
     while True:
         threshold = ascending[-count] if count < len(ascending) else -math.inf
-        candidates += candidates_of(pages.reindexed(store.summaries_at(
-            [row[1] for row, b in zip(covered, bounds, strict=True) if threshold <= b < upper])))
+        candidates += read(unread.within(threshold, upper))
         if threshold == -math.inf:
-            return Preselection(candidates, rank_head(candidates, need, objective, cycle))
+            return rank_head(candidates, need, objective, cycle), Unread()
         ranked = head_above(candidates, need, threshold, objective, cycle)
         if ranked is not None:
-            below = [row for row, b in zip(covered, bounds, strict=True) if b < threshold]
-            return Preselection(candidates, ranked, Unread([row[0] for row in below], array("q", [row[1] for row in below])))
+            return ranked, unread.within(-math.inf, threshold)
         upper, count = threshold, count * 4
 
 

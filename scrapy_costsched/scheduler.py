@@ -149,8 +149,8 @@ class _Ranking:
     (:func:`~.scoring.rank_head`); the candidates below it (:attr:`rest`) are ranked a head at a time
     if the plan is extended that far, and new URLs discovery could not pay for (:attr:`tail`) after
     every known page. Where the plan did not read every known page (:mod:`~.preselection`), the pages
-    it left unread (:attr:`unread`, all below the head) join the rest when it is first ranked, as of the
-    plan's time (:attr:`read_at`).
+    it left unread (:attr:`unread`, all below the head) are read with the rest a head at a time, as much
+    of them as can reach the head the budget left asks for, as of the plan's time (:attr:`read_at`).
     """
 
     def __init__(self) -> None:
@@ -1042,15 +1042,16 @@ class CostAwareScheduler(BaseScheduler):
 
     def _rank_rest(self) -> bool:
         """Append to the ranking the best of the candidates the plan left below it, as many as the budget
-        left can reach (:func:`~.scoring.rank_head`: the rest of a large site is not ranked on the reactor
-        thread at once), then the new URLs discovery could not pay for; ``False`` if there are none."""
+        left can reach (:func:`~.scoring.rank_head`, and of the pages it left unread only those whose bounds
+        reach that far: the rest of a large site is not read and ranked on the reactor thread at once), then
+        the new URLs discovery could not pay for; ``False`` if there are none."""
         ranking = self._ranking
+        need = max(self.tracker.ledger.spendable(), 0.0)
         if ranking.unread:
-            ranking.rest += self.tracker.unread_candidates(ranking.unread, ranking.read_at)
-            ranking.unread = Unread()
-        if ranking.rest:
-            head, ranking.rest = rank_head(ranking.rest, max(self.tracker.ledger.spendable(), 0.0),
-                                           self.config.objective, cycle=self.cycle)
+            (head, ranking.rest), ranking.unread = self.tracker.rank_unread(
+                ranking.rest, ranking.unread, need, ranking.read_at, self.config.objective, self.cycle)
+        elif ranking.rest:
+            head, ranking.rest = rank_head(ranking.rest, need, self.config.objective, cycle=self.cycle)
         elif ranking.tail:
             ranked = set(ranking.keys)
             head = rank([c for c in ranking.tail if c.key not in ranked], self.config.objective, cycle=self.cycle)

@@ -57,7 +57,7 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, unread_summaries
+from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, rank_above, unread_summaries
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
@@ -928,13 +928,17 @@ class Tracker:
         return preselect(self.store, self.pages, bound, need, group_cost=lambda group: self._cost_floor(group, now),
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
-    def unread_candidates(self, unread: Unread, now: float) -> list[Candidate]:
-        """The candidates of the pages a preselected plan made at *now* left *unread* (:meth:`preselect`). Their rows
-        were read whole into the page index (the bound covers only summaries of every field in columns), which
-        each write since kept current."""
+    def rank_unread(self, rest: list[Candidate], unread: Unread, need: float, now: float, objective: str,
+                    cycle: float) -> tuple[tuple[list[tuple[float, Candidate]], list[Candidate]], Unread]:
+        """The head of the ranking of the *rest* and of the pages a plan made at *now* left *unread* (:meth:`preselect`)
+        that covers *need*, the rest of it, and the pages still unread (:func:`~.preselection.rank_above`). Their rows
+        were read whole into the page index (the bound covers only summaries of every field in columns), which each
+        write since kept current."""
         assert isinstance(self.store, SummaryQueries)
+        store = self.store
         self.pages.flush()
-        return self.candidates_of(unread_summaries(self.store, unread), now)
+        return rank_above(rest, unread, need, lambda pages: self.candidates_of(unread_summaries(store, pages), now),
+                          objective, cycle)
 
     def _cost_floor(self, group: str, now: float) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
