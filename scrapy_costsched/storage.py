@@ -109,8 +109,9 @@ class SummaryQueries(Protocol):
     Planning a large crawl computes part of each page's bound where the rows are and reads in full only the
     pages whose bound reaches the head of its ranking (:mod:`~scrapy_costsched.preselection`)."""
 
-    def scan_plan(self, select: str, args: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
-        """Every summary row as the SQL expressions *select* over its columns (named parameters in *args*)."""
+    def scan_plan(self, select: str, args: Mapping[str, Any], clauses: str = "") -> Iterator[tuple[Any, ...]]:
+        """Every summary row as the SQL expressions *select* over its columns (named parameters in *args*), or what
+        SQL *clauses* after ``FROM`` (a ``WHERE``, a ``GROUP BY``) make of them."""
 
     def summaries_of(self, fingerprints: Sequence[str]) -> Iterator[tuple[str, Sequence[Any]]]:
         """The stored pages among *fingerprints*, as ``iter_summaries`` gives them."""
@@ -545,8 +546,8 @@ class SqliteDictStorage:
             yield from _summaries(self._read(
                 f'SELECT * FROM "{PLAN_TABLE}" WHERE {column} IN ({",".join("?" * len(chunk))})', chunk))
 
-    def scan_plan(self, select: str, args: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
-        for chunk in self._scan(f'SELECT {select} FROM "{PLAN_TABLE}"', args):
+    def scan_plan(self, select: str, args: Mapping[str, Any], clauses: str = "") -> Iterator[tuple[Any, ...]]:
+        for chunk in self._scan(f'SELECT {select} FROM "{PLAN_TABLE}" {clauses}', args):
             yield from chunk
 
     def iter_pages(self) -> Iterator[tuple[str, dict[str, Any]]]:

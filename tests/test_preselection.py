@@ -49,7 +49,7 @@ class PlanSpider(Spider):
 
 def page_of(i: int, spider: PlanSpider) -> PageState:
     """Page *i* of a state whose pages differ in every field planning reads."""
-    url = f"http://127.0.0.{1 + (i % 4 != 0)}:9/p/{i}"
+    url = f"http://127.0.0.{1 + (i % 8 != 0)}:9/p/{i}"
     now = fake_now()
     meta: dict[str, Any] = {"depth": 3 if i % 97 == 0 else 1}
     if i % 13 == 0:
@@ -66,7 +66,7 @@ def page_of(i: int, spider: PlanSpider) -> PageState:
         gone_strikes=1 if i % 47 == 0 else 0, refusals=1 if i % 83 == 0 else 0,
         not_before=now + (DAY if i % 2 else -DAY) if i % 71 == 0 else None,
         unlinked_since=now - 10 * DAY if i % 79 == 0 else None, redirected=i % 3 == 0,
-        full_bytes=MeanBytes(500.0 + 7.0 * (i % 300), 3) if i % 4 == 1 else None)
+        full_bytes=MeanBytes(500.0 + 7.0 * (i % 300), 3) if i % 8 == 1 else None)
     page.last_attempt = page.last_visit
     return page
 
@@ -248,3 +248,23 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
     assert 0 < stats["costsched/plan/unread"] < 3000
     assert stats["costsched/plan/planned"] == len(planned_urls) > 100
     assert planned_urls <= set(visited.read_text().split())
+
+
+def test_where_most_pages_link_out_the_plan_reads_them_all_at_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in a trial with a CrawlSpider that follows links from every product page: every page is a hub, which
+    the bound does not cover, so reading them by rowid after the scan that bounds them only added that scan."""
+    spider = PlanSpider()
+    pages = [page_of(i, spider) for i in range(3000)]
+    for i, page in enumerate(pages):
+        if i % 3:
+            page.links = NewLinkStats(links=0.1, days=5.0, most=3)
+    state = write_state(tmp_path / "state.sqlite", pages)
+    pre = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60)
+    full = planned(state, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=60)
+    assert not pre._ranking.unread
+    assert pre.stats.get_value("costsched/plan/unread") is None
+    assert pre._ranking.keys == full._ranking.keys
+    assert pre._plan_end == full._plan_end
+    for scheduler in (pre, full):
+        scheduler.close("finished")
