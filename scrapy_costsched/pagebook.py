@@ -187,7 +187,7 @@ class PageBook:
         """Index every known page from *rows* read from the store's columns without the rest of the summaries
         (flush first; :mod:`~.preselection`): each page's key first, and :class:`Profile`'s fields (*profile_of*).
         A summary stored as JSON has no columns to read them from: :meth:`reindexed` indexes such a page again as
-        it reads its summary. Made in C loops: a few hundred thousand pages in a few hundredths of a second."""
+        it reads its summary. Made in C loops (200,000 pages in about a quarter of a second here)."""
         numbers = self._numbers
         for fields in set(map(profile_of, rows)) - numbers.keys():
             self._number(fields)

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from scrapy_costsched.pagebook import PageBook
     from scrapy_costsched.storage import SummaryQueries
 
+#: The head of a ranking and the candidates below it, not ranked (:func:`~.model.scoring.rank_head`).
+Ranked = tuple[list[tuple[float, Candidate]], list[Candidate]]
 #: Each field of a summary as the column of the store's plan table that holds it.
 _COLUMN = {name: f"c{position}" for position, name in enumerate(Summary._fields)}
 
@@ -73,8 +75,8 @@ class Preselection:
     the head ranking every known page gives), and the pages left unread, all below that head."""
 
     candidates: list[Candidate]
-    ranked: tuple[list[tuple[float, Candidate]], list[Candidate]]
-    unread: Unread = field(default_factory=Unread)
+    ranked: Ranked
+    unread: Unread
 
 
 @dataclass(frozen=True)
@@ -180,23 +182,16 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
     if covered:
         covered.mean_cost = costs / len(covered)
     candidates = candidates_of(pages.reindexed(store.summaries_at(uncovered)))  # summaries stored as JSON too
-    read: list[Candidate] = []
-
-    def read_in_full(pages_read: Unread) -> list[Candidate]:
-        more = candidates_of(unread_summaries(store, pages_read))
-        read.extend(more)
-        return more
-
-    ranked, unread = rank_above(candidates, covered, need, read_in_full, objective, cycle)
-    return Preselection(candidates + read, ranked, unread)
+    return Preselection(*rank_above(candidates, covered, need, lambda read: candidates_of(unread_summaries(store, read)),
+                                    objective, cycle))
 
 
 def rank_above(candidates: list[Candidate], unread: Unread, need: float, read: Callable[[Unread], list[Candidate]],
-               objective: str, cycle: float) -> tuple[tuple[list[tuple[float, Candidate]], list[Candidate]], Unread]:
-    """The head of the ranking of *candidates* and the *unread* pages that covers *need*, the rest of what was read,
-    and the pages still unread (all below the head): reads (*read*) the unread pages whose bounds reach the
-    threshold :func:`~.model.scoring.rank_head` would start from, then, while their head above it does not cover
-    *need*, four times as many."""
+               objective: str, cycle: float) -> tuple[list[Candidate], Ranked, Unread]:
+    """*candidates* and those of the *unread* pages it read (*read*), the head of their ranking that covers *need*
+    and the rest of it, and the pages still unread (all below the head). It reads the unread pages whose bounds reach
+    the threshold :func:`~.model.scoring.rank_head` would start from, then, while their head above it does not
+    cover *need*, four times as many."""
     ascending = sorted(unread.bounds)
     count = max(HEAD_MIN_PAGES, math.ceil(HEAD_FACTOR * need / unread.mean_cost)) if need < math.inf \
         else len(ascending)
@@ -206,10 +201,10 @@ def rank_above(candidates: list[Candidate], unread: Unread, need: float, read: C
         threshold = ascending[-count] if count < len(ascending) else -math.inf
         candidates += read(unread.within(threshold, upper))
         if threshold == -math.inf:
-            return rank_head(candidates, need, objective, cycle), Unread()
+            return candidates, rank_head(candidates, need, objective, cycle), Unread()
         ranked = head_above(candidates, need, threshold, objective, cycle)
         if ranked is not None:
-            return ranked, unread.within(-math.inf, threshold)
+            return candidates, ranked, unread.within(-math.inf, threshold)
         upper, count = threshold, count * 4
 
 

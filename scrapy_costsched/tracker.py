@@ -57,7 +57,15 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, rank_above, unread_summaries
+from scrapy_costsched.preselection import (
+    Preselection,
+    Ranked,
+    Unread,
+    bound_sql,
+    preselect,
+    rank_above,
+    unread_summaries,
+)
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
@@ -919,7 +927,8 @@ class Tracker:
 
     def preselect(self, now: float, need: float, objective: str, cycle: float) -> Preselection | None:
         """The plan's candidates as :meth:`candidates` gives them, but only as many as give the head of their
-        ranking that covers *need* (:mod:`~.preselection`); ``None`` when the store cannot compute bounds."""
+        ranking that covers *need* (:mod:`~.preselection`); ``None`` when the store cannot compute bounds or they cover
+        too few of the pages (then :meth:`candidates` reads them all)."""
         if not isinstance(self.store, SummaryQueries):
             return None
         bound = bound_sql(now=now, cycle=cycle, objective=objective, tiers=self.config.value_tiers,
@@ -929,16 +938,17 @@ class Tracker:
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
     def rank_unread(self, rest: list[Candidate], unread: Unread, need: float, now: float, objective: str,
-                    cycle: float) -> tuple[tuple[list[tuple[float, Candidate]], list[Candidate]], Unread]:
+                    cycle: float) -> tuple[Ranked, Unread]:
         """The head of the ranking of the *rest* and of the pages a plan made at *now* left *unread* (:meth:`preselect`)
-        that covers *need*, the rest of it, and the pages still unread (:func:`~.preselection.rank_above`). Their rows
-        were read whole into the page index (the bound covers only summaries of every field in columns), which each
-        write since kept current."""
+        that covers *need*, the rest of it, and the pages still unread (:func:`~.preselection.rank_above`). They need
+        no indexing again: the bound covers only summaries with every field in a column, which the plan's scan
+        indexed, and each write since kept the index current."""
         assert isinstance(self.store, SummaryQueries)
         store = self.store
         self.pages.flush()
-        return rank_above(rest, unread, need, lambda pages: self.candidates_of(unread_summaries(store, pages), now),
-                          objective, cycle)
+        _, ranked, left = rank_above(rest, unread, need,
+                                     lambda pages: self.candidates_of(unread_summaries(store, pages), now), objective, cycle)
+        return ranked, left
 
     def _cost_floor(self, group: str, now: float) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
