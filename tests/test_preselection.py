@@ -24,7 +24,7 @@ from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.preselection import bound_sql
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY, Tracker
-from tests.helpers import ROOT, fake_now
+from tests.helpers import FAKE_START, NOW, ROOT, fake_now
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -220,6 +220,7 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
     """``scrapy runspider`` of the scale bench's spider (``ROBOTSTXT_OBEY``, the add-on) against its generated site,
     over a state that knows 3,000 of its pages: the plan reads only part of them, and the crawl visits every page
     the plan made from reading them all would visit."""
+    moved, NOW[0] = NOW[0], FAKE_START  # the crawl's clock: other tests move this process's
     site_process, site = start_site(3000)
     try:
         seed = tmp_path / "seed.sqlite"
@@ -242,6 +243,7 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
         assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
         stop(site_process)
+        NOW[0] = moved
     stats = json.loads(stats_file.read_text())["stats"]
     assert "log_count/ERROR" not in stats, proc.stderr[-3000:]
     assert stats["costsched/plan/known_pages"] == 3000
