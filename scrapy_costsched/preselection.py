@@ -32,6 +32,7 @@ from scrapy_costsched.model.scoring import (
     HEAD_MIN_PAGES,
     SIDE_WEIGHT,
     Candidate,
+    Ranked,
     head_above,
     rank_head,
 )
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
     from scrapy_costsched.pagebook import PageBook
     from scrapy_costsched.storage import SummaryQueries
 
-#: The head of a ranking and the candidates below it, not ranked (:func:`~.model.scoring.rank_head`).
-Ranked = tuple[list[tuple[float, Candidate]], list[Candidate]]
 #: Each field of a summary as the column of the store's plan table that holds it.
 _COLUMN = {name: f"c{position}" for position, name in enumerate(Summary._fields)}
 

@@ -43,7 +43,7 @@ from scrapy_costsched.loop import Ticker, in_thread, running_loop
 from scrapy_costsched.media import media_fields
 from scrapy_costsched.metering import compression_gaps, request_size, response_size
 from scrapy_costsched.model.discovery import Discovery, NewLinkStats
-from scrapy_costsched.model.scoring import Candidate
+from scrapy_costsched.model.scoring import Candidate, Ranked
 from scrapy_costsched.model.validators import validator_stayed, verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import (
@@ -57,15 +57,7 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.preselection import (
-    Preselection,
-    Ranked,
-    Unread,
-    bound_sql,
-    preselect,
-    rank_above,
-    unread_summaries,
-)
+from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, rank_above, unread_summaries
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_costsched.model.capacity import within_capacity
 from scrapy_costsched.model.discovery import expected_new
-from scrapy_costsched.model.scoring import Candidate, affordable_prefix, discovery_spend, rank, rank_head
+from scrapy_costsched.model.scoring import Candidate, Ranked, affordable_prefix, discovery_spend, rank, rank_head
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,7 +64,7 @@ def make_plan(
     robots_cost: Callable[[set[str | None]], float],
     objective: str = "freshness",
     cycle: float = 0.0,
-    ranked: tuple[list[tuple[float, Candidate]], list[Candidate]] | None = None,
+    ranked: Ranked | None = None,
 ) -> Plan:
     """The plan of a run with *remaining* budget: the affordable prefix of the ranking's head after
     *reserve_share* of the budget is kept for discovery and the hosts' robots.txt is paid for.

@@ -312,6 +312,9 @@ def rank(
     return scored
 
 
+#: The head of a ranking and the candidates below it, not ranked (:func:`rank_head`).
+Ranked = tuple[list[tuple[float, Candidate]], list[Candidate]]
+
 #: :func:`rank_head` first ranks this many times the pages its *need* asks for, at least
 #: :data:`HEAD_MIN_PAGES`, and four times more at each retry.
 HEAD_FACTOR = 2.0
@@ -322,7 +325,7 @@ BOUND_MARGIN = 1.0 + 1e-9
 
 def rank_head(
     candidates: list[Candidate], need: float, objective: str = "freshness", cycle: float = 0.0
-) -> tuple[list[tuple[float, Candidate]], list[Candidate]]:
+) -> Ranked:
     """The best part of :func:`rank`'s ranking, whose expected costs add up to more than *need* (or all of
     it), and the candidates below it, not ranked: ``head + rank(rest)`` is ``rank(candidates)``.
 
@@ -401,7 +404,7 @@ def rank_head(
 
 def head_above(
     candidates: list[Candidate], need: float, floor: float, objective: str = "freshness", cycle: float = 0.0
-) -> tuple[list[tuple[float, Candidate]], list[Candidate]] | None:
+) -> Ranked | None:
     """:func:`rank_head` of *candidates* where other candidates, not given, index below *floor*: the head
     holds only indexes at or above it, which rank above all of those; ``None`` if such a head does not cost
     more than *need* (more candidates must be given).
