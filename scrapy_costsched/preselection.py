@@ -9,7 +9,7 @@ each page's bound that its own fields decide, its value times the bound on its f
 (:func:`~.model.scoring.rank_head`), in the scan that reads each page's key and profile for the
 page index (:meth:`~.pagebook.PageBook.index`); the cost it is divided by is known per group.
 Only the pages whose bound reaches the threshold the budget asks for, and those the bound does
-not cover (never fetched, hubs, pages of hosts sent validators, waiting out a backoff, ...), are
+not cover (never fetched, hubs, waiting out a backoff, ...), are
 read in full and ranked. Every page left unread indexes below that threshold, so the part of
 their ranking at or above it is the head that ranking every page would give. The pages left
 unread are read when a leftover round walks past the head, if one does.
@@ -138,11 +138,11 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
     """Index every known page of *store*, then read and rank as few of them as give the head of the ranking that
     covers *need*; ``None`` where the bound covers at most half the pages (read every page then).
 
-    A page that links out is a hub, priced with the new pages it may reveal, and a host's pages sent validators
-    are priced at their expected cost; neither is bounded so (:func:`~.model.scoring.rank_head` scores them all).
-    Where most pages are (a spider that follows links from every page), reading the rest by rowid after the scan
-    that bounds them takes longer than reading them all at once: a count of the pages covered, by group, in SQL
-    (about a tenth of a second at 200,000 pages) decides first.
+    A page that links out is a hub, priced with the new pages it may reveal, and is not bounded so
+    (:func:`~.model.scoring.rank_head` scores hubs all). Where most pages are (a spider that follows links from
+    every page), reading the rest by rowid after the scan that bounds them takes longer than reading them all at
+    once: a count of the pages covered, by group, in SQL (about a tenth of a second at 200,000 pages) decides
+    first.
 
     A page's bound is *bound*'s expression divided by its planned cost, its own override or at least its group's
     (*group_cost*, ``None`` where the bound does not cover the group's pages); *candidates_of* makes the candidates

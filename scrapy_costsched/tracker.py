@@ -944,10 +944,12 @@ class Tracker:
 
     def _cost_floor(self, group: str, now: float) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
-        ``None`` for a group whose pages are sent validators (their index is not bounded so)."""
+        its full price, or where the group's pages are sent validators its 304's, which the marginal expected cost
+        ``c304 + (cost − c304)·P(changed)`` they are ranked by never falls below; less the redirects a page that
+        answered at its own URL is planned without. ``None`` where that is not positive."""
         costs = self._group_costs(group, now)
-        floor = costs.full - costs.hops
-        return floor if costs.revalidation is None and floor > 0.0 else None
+        floor = (costs.full if costs.revalidation is None else min(costs.full, costs.revalidation)) - costs.hops
+        return floor if floor > 0.0 else None
 
     def candidates_of(self, summaries: Iterable[tuple[str, Sequence[Any]]], now: float) -> list[Candidate]:
         """The candidates of the pages of *summaries* (keys and summary rows) that may be visited now, as

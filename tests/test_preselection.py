@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PAGES = 4000
-#: Under byte billing host .1 is sent validators (its pages are read and ranked in full); host .2 is not.
+#: Under byte billing host .1 is sent validators (its pages are bounded at its 304's price); host .2 is not.
 HOSTS = {
     "host:127.0.0.1": {"bytes": {"127.0.0.1|p": [2000.0, 40], "127.0.0.1|p|304": [200.0, 40]},
                        "validators": {"etag": [3, 0, 0, 0, 0], "answers": [9, 1, 0, 0, 5, 0, 0.0, ""],
@@ -131,6 +131,7 @@ PLAN_STATS = ("known_pages", "planned", "depth_limit", "unlinked", "yield_only",
     ("requests", 900, "freshness"),
     ("requests", 1500, "changes"),
     ("bandwidth", "150kB", "freshness"),
+    ("bandwidth", "150kB", "changes"),
 ])
 def test_a_plan_that_reads_only_the_head_is_the_plan_that_reads_every_page(
         state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, billing: str, budget: Any, objective: str
@@ -171,22 +172,37 @@ def test_a_plan_that_reads_only_the_head_is_the_plan_that_reads_every_page(
         scheduler.close("finished")
 
 
+@pytest.mark.parametrize(("billing", "budget", "objective"), [
+    ("requests", 60, "freshness"),
+    ("bandwidth", "150kB", "freshness"),
+    ("bandwidth", "150kB", "changes"),
+])
 def test_the_sql_bound_is_at_least_each_covered_page_s_index(state: Path, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                                             monkeypatch: pytest.MonkeyPatch, billing: str,
+                                                             budget: Any, objective: str) -> None:
     """What makes the head exact: no page left unread can index above a page read. Checked page by page
-    against the indexes ranking gives (the bound SQL computes, divided by the page's cost)."""
-    scheduler = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60)
+    against the indexes ranking gives: the bound SQL computes, divided by the page's cost, or by its 304's
+    price where it is sent validators (the least its marginal expected cost can be)."""
+    scheduler = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BILLING=billing, COSTSCHED_BUDGET=budget,
+                        COSTSCHED_OBJECTIVE=objective)
     tracker, now = scheduler.tracker, fake_now()
-    bound = bound_sql(now=now, cycle=scheduler.cycle, objective="freshness", tiers=tracker.config.value_tiers,
+    bound = bound_sql(now=now, cycle=scheduler.cycle, objective=objective, tiers=tracker.config.value_tiers,
                       default_value=tracker.resolve_value(tracker.config.default_value),
-                      depth_limit=tracker.depth_limit, by_size=False)
+                      depth_limit=tracker.depth_limit, by_size=billing == "bandwidth")
     partial = dict(tracker.store.scan_plan(f"key, {bound.expression}", bound.args))  # type: ignore[union-attr]
-    covered = 0
-    for index, candidate in rank(tracker.candidates(now), cycle=scheduler.cycle):
-        if partial[candidate.key] is not None and candidate.revalidation_cost is None:
+    covered, validated = 0, set()
+    for index, candidate in rank(tracker.candidates(now), objective, cycle=scheduler.cycle):
+        if partial[candidate.key] is not None:
             covered += 1
-            assert index <= partial[candidate.key] / candidate.cost * (1 + 1e-9)
+            if candidate.revalidation_cost is not None:
+                validated.add(candidate.key)
+            least = candidate.cost if candidate.revalidation_cost is None else candidate.revalidation_cost
+            assert index <= partial[candidate.key] / least * (1 + 1e-9)
     assert covered > PAGES / 2
+    # Pages sent validators are bounded, and some left unread (their bounds are looser by the full page's price
+    # over the 304's, here ten times).
+    assert len(validated & set(scheduler._ranking.unread.keys)) > 20 if billing == "bandwidth" else not validated
+    assert billing == "requests" or len(validated) > 100
     scheduler.close("finished")
 
 
