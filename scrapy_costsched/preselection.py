@@ -90,15 +90,14 @@ class BoundSql:
 
 
 def bound_sql(*, now: float, cycle: float, objective: str, tiers: Mapping[str, float], default_value: float,
-              depth_limit: float, by_size: bool) -> BoundSql:
+              depth_limit: float) -> BoundSql:
     """The bound of pages visited before *now* with a rate estimate, a stored template and the plan's other fields
     plain (no backoff, not unlinked, within *depth_limit*, not a hub), as :func:`~.model.scoring.rank_head` bounds
     them: ``min(1/r, r·(t + c)²/2)`` (or ``min(1, (r·(t + c))²/2)`` for the ``changes`` objective), at the 90%
     interval's ends too where the estimate has one, weighed as its nodes are. (A looser bound in one ``min``,
     ``min(1/a, b·(t + c)²/2)`` over the interval, took half the SQL's time, but the benchmark's plan then found
     too few pages above its threshold and read four times as many again.) Strikes only lower a page's value, so
-    its bound holds for it. Under byte billing a page with its own measured size is not covered (its cost is
-    not its group's)."""
+    its bound holds for it."""
     c = _COLUMN
     args: dict[str, Any] = {"now": now, "cycle": cycle, "depth_limit": depth_limit, "default_value": default_value,
                             "largest": sys.float_info.max}
@@ -125,14 +124,12 @@ def bound_sql(*, now: float, cycle: float, objective: str, tiers: Mapping[str, f
         f"{c['unlinked']} IS NULL", f"({c['depth']} IS NULL OR {c['depth']} <= :depth_limit)",
         f"{c['last_seen']} < :now", number(rate), f"({cost} IS NULL OR {number(cost)})",
     ]
-    if by_size:
-        covered.append(f"({cost} IS NOT NULL OR {c['full_bytes']} IS NULL)")
     covers = " AND ".join(covered)
     return BoundSql(f"CASE WHEN {covers} THEN ({page_value}) * ({gain}) END", covers, args)
 
 
 def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: float, *,
-              group_cost: Callable[[str], float | None],
+              group_cost: Callable[[str, float | None], float | None],
               candidates_of: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[Candidate]], objective: str,
               cycle: float) -> Preselection | None:
     """Index every known page of *store*, then read and rank as few of them as give the head of the ranking that
@@ -145,18 +142,19 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
     first.
 
     A page's bound is *bound*'s expression divided by its planned cost, its own override or at least its group's
-    (*group_cost*, ``None`` where the bound does not cover the group's pages); *candidates_of* makes the candidates
+    (*group_cost* of the group and the least size of its own a page of it has, for byte billing; ``None`` where
+    the bound does not cover the group's pages); *candidates_of* makes the candidates
     of summaries. The first read takes the pages whose bounds reach the threshold :func:`~.model.scoring.rank_head`
     would start from; when their head above it does not cover *need*, four times as many are read, and so on.
     """
     pages.flush()
     floors: dict[str, float | None] = {}
-    by_group = list(store.scan_plan(f"{_COLUMN['group']}, count(*)", bound.args,
+    by_group = list(store.scan_plan(f"{_COLUMN['group']}, count(*), min({_COLUMN['full_bytes']})", bound.args,
                                     f"WHERE {bound.covers} GROUP BY {_COLUMN['group']}"))
-    for group, _ in by_group:
-        floors[group] = group_cost(group)
+    for group, _, least_bytes in by_group:
+        floors[group] = group_cost(group, least_bytes)
     (known,) = next(store.scan_plan("count(*)", {}))
-    if 2 * sum(count for group, count in by_group if floors[group] is not None) <= known:
+    if 2 * sum(count for group, count, _ in by_group if floors[group] is not None) <= known:
         return None
     rows = list(store.scan_plan(f"key, rowid, {bound.expression}, {_PROFILE_COLUMNS}", bound.args))
     pages.index(rows, _PROFILE)

@@ -924,9 +924,9 @@ class Tracker:
         if not isinstance(self.store, SummaryQueries):
             return None
         bound = bound_sql(now=now, cycle=cycle, objective=objective, tiers=self.config.value_tiers,
-                          default_value=self.resolve_value(self.config.default_value), depth_limit=self.depth_limit,
-                          by_size=self.billing.unit == "bytes")
-        return preselect(self.store, self.pages, bound, need, group_cost=lambda group: self._cost_floor(group, now),
+                          default_value=self.resolve_value(self.config.default_value), depth_limit=self.depth_limit)
+        return preselect(self.store, self.pages, bound, need,
+                         group_cost=lambda group, least_bytes: self._cost_floor(group, now, least_bytes),
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
     def rank_unread(self, rest: list[Candidate], unread: Unread, need: float, now: float, objective: str,
@@ -942,13 +942,17 @@ class Tracker:
                                      lambda pages: self.candidates_of(unread_summaries(store, pages), now), objective, cycle)
         return ranked, left
 
-    def _cost_floor(self, group: str, now: float) -> float | None:
+    def _cost_floor(self, group: str, now: float, least_bytes: float | None) -> float | None:
         """The least a visit of a page of *group* is planned at, where its bound is its group's (:mod:`~.preselection`):
-        its full price, or where the group's pages are sent validators its 304's, which the marginal expected cost
-        ``c304 + (cost − c304)·P(changed)`` they are ranked by never falls below; less the redirects a page that
-        answered at its own URL is planned without. ``None`` where that is not positive."""
+        its full price, under byte billing the least of that and the price of its smallest page (*least_bytes*, the
+        least size of its own a page of the group has), or where the group's pages are sent validators its 304's, which
+        the marginal expected cost ``c304 + (cost − c304)·P(changed)`` they are ranked by never falls below; less the
+        redirects a page that answered at its own URL is planned without. ``None`` where that is not positive."""
         costs = self._group_costs(group, now)
-        floor = (costs.full if costs.revalidation is None else min(costs.full, costs.revalidation)) - costs.hops
+        full = costs.full
+        if least_bytes is not None and self.billing.unit == "bytes":
+            full = min(full, self._own_costs(costs, least_bytes)[0])
+        floor = (full if costs.revalidation is None else min(full, costs.revalidation)) - costs.hops
         return floor if floor > 0.0 else None
 
     def candidates_of(self, summaries: Iterable[tuple[str, Sequence[Any]]], now: float) -> list[Candidate]:
