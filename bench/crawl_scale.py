@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from bench.scale_site import item, page
 from bench.scale_spider import PAGE_TYPE, ScaleSpider
 from scrapy_costsched.model import ChangeStats, RateEstimate, RatePrior, estimate_rate
-from scrapy_costsched.pages import PageState, make_template
+from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.records import RecordHasher, record_hash
 from scrapy_costsched.storage import SqliteDictStorage
 
@@ -87,8 +87,10 @@ def _histories() -> list[tuple[ChangeStats, RateEstimate]]:
     return out
 
 
-def seed_state(path: Path, site: str, pages: int, now: float) -> None:
-    """Write a state that knows pages 0..pages-1 of *site*, as earlier runs of the spider would have left it."""
+def seed_state(path: Path, site: str, pages: int, now: float, sizes: float | None = None) -> None:
+    """Write a state that knows pages 0..pages-1 of *site*, as earlier runs of the spider would have left it;
+    with *sizes*, each page with a mean full fetch of its own, within a tenth of that many bytes (as byte billing
+    measures them)."""
     spider = ScaleSpider(site=site)
     fingerprinter_cls = load_object(Settings().get("REQUEST_FINGERPRINTER_CLASS"))
     fingerprinter = fingerprinter_cls()
@@ -117,7 +119,8 @@ def seed_state(path: Path, site: str, pages: int, now: float) -> None:
                 template=template, last_visit=last_visit, last_attempt=last_visit,
                 record=record_hash([item_hash]), record_kind="items", item_hashes=[item_hash],
                 hash_config=hasher.config_id, stats=stats, estimate=estimate,
-                visits=round(stats.visits), changes=round(sum(stats.changed.values())))
+                visits=round(stats.visits), changes=round(sum(stats.changed.values())),
+                full_bytes=None if sizes is None else MeanBytes(sizes * (0.9 + 0.2 * (i % 101) / 100), 3))
             key = fingerprinter.fingerprint(scrapy.Request(url)).hex()
             store.put_page(key, state.to_json(), state.summary())
             if i % SEED_BATCH == SEED_BATCH - 1:

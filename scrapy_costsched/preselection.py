@@ -143,14 +143,15 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
 
     A page's bound is *bound*'s expression divided by its planned cost, its own override or at least its group's
     (*group_cost* of the group and the least size of its own a page of it has, for byte billing; ``None`` where
-    the bound does not cover the group's pages); *candidates_of* makes the candidates
-    of summaries. The first read takes the pages whose bounds reach the threshold :func:`~.model.scoring.rank_head`
-    would start from; when their head above it does not cover *need*, four times as many are read, and so on.
+    the bound does not cover the group's pages); *candidates_of* makes the candidates of summaries. The first
+    read takes the pages whose bounds reach the threshold :func:`~.model.scoring.rank_head` would start from;
+    when their head above it does not cover *need*, four times as many are read, and so on.
     """
     pages.flush()
     floors: dict[str, float | None] = {}
-    by_group = list(store.scan_plan(f"{_COLUMN['group']}, count(*), min({_COLUMN['full_bytes']})", bound.args,
-                                    f"WHERE {bound.covers} GROUP BY {_COLUMN['group']}"))
+    size = _COLUMN["full_bytes"]
+    by_group = list(store.scan_plan(f"{_COLUMN['group']}, count(*), min(CASE WHEN {size} >= 0 AND {size} <= :largest "
+                                    f"THEN {size} END)", bound.args, f"WHERE {bound.covers} GROUP BY {_COLUMN['group']}"))
     for group, _, least_bytes in by_group:
         floors[group] = group_cost(group, least_bytes)
     (known,) = next(store.scan_plan("count(*)", {}))

@@ -236,17 +236,19 @@ def test_where_bounds_are_tight_the_head_stops_at_the_pages_left_unread(tmp_path
         scheduler.close("finished")
 
 
+@pytest.mark.parametrize(("billing", "budget", "sizes"), [("requests", "200", None), ("bandwidth", "150kB", 700.0)])
 def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_it_all_plans(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, billing: str, budget: str, sizes: float | None) -> None:
     """``scrapy runspider`` of the scale bench's spider (``ROBOTSTXT_OBEY``, the add-on) against its generated site,
     over a state that knows 3,000 of its pages: the plan reads only part of them, and the crawl visits every page
-    the plan made from reading them all would visit."""
+    the plan made from reading them all would visit. Under byte billing each page has a size of its own."""
     moved, NOW[0] = NOW[0], FAKE_START  # the crawl's clock: other tests move this process's
     site_process, site = start_site(3000)
+    settings = {"COSTSCHED_BUDGET": budget, "COSTSCHED_BILLING": billing}
     try:
         seed = tmp_path / "seed.sqlite"
-        seed_state(seed, site, 3000, fake_now())
-        expected = planned(seed, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=200, ROBOTSTXT_OBEY=True)
+        seed_state(seed, site, 3000, fake_now(), sizes=sizes)
+        expected = planned(seed, tmp_path, False, monkeypatch, ROBOTSTXT_OBEY=True, **settings)
         planned_urls = set()
         for key in expected._ranking.keys[:expected._plan_end]:
             page = expected.tracker.page(key)
@@ -257,8 +259,9 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
         shutil.copy(seed, state)
         proc = subprocess.run(
             [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "bench" / "scale_spider.py"), "-a", f"site={site}",
-             "-a", f"visited={visited}", "-s", f"COSTSCHED_STATE={state}", "-s", "COSTSCHED_BUDGET=200",
-             "-s", "COSTSCHED_CLOCK=tests.helpers.fake_now", "-s", f"BENCH_STATS_FILE={stats_file}"],
+             "-a", f"visited={visited}", "-s", f"COSTSCHED_STATE={state}", "-s", f"COSTSCHED_BUDGET={budget}",
+             "-s", f"COSTSCHED_BILLING={billing}", "-s", "COSTSCHED_CLOCK=tests.helpers.fake_now",
+             "-s", f"BENCH_STATS_FILE={stats_file}"],
             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300,
             check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
