@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from bench.scale_site import item, page
 from bench.scale_spider import PAGE_TYPE, ScaleSpider
 from scrapy_costsched.model import ChangeStats, RateEstimate, RatePrior, estimate_rate
+from scrapy_costsched.model.discovery import NewLinkStats
 from scrapy_costsched.pages import MeanBytes, PageState, make_template
 from scrapy_costsched.records import RecordHasher, record_hash
 from scrapy_costsched.storage import SqliteDictStorage
@@ -87,10 +88,11 @@ def _histories() -> list[tuple[ChangeStats, RateEstimate]]:
     return out
 
 
-def seed_state(path: Path, site: str, pages: int, now: float, sizes: float | None = None) -> None:
+def seed_state(path: Path, site: str, pages: int, now: float, sizes: float | None = None, hubs: bool = False) -> None:
     """Write a state that knows pages 0..pages-1 of *site*, as earlier runs of the spider would have left it;
     with *sizes*, each page with a mean full fetch of its own, within a tenth of that many bytes (as byte billing
-    measures them)."""
+    measures them); with *hubs*, each page with a history of the new links it showed (one in five a few a day,
+    the others few a week), as when the spider follows every page's links."""
     spider = ScaleSpider(site=site)
     fingerprinter_cls = load_object(Settings().get("REQUEST_FINGERPRINTER_CLASS"))
     fingerprinter = fingerprinter_cls()
@@ -120,7 +122,8 @@ def seed_state(path: Path, site: str, pages: int, now: float, sizes: float | Non
                 record=record_hash([item_hash]), record_kind="items", item_hashes=[item_hash],
                 hash_config=hasher.config_id, stats=stats, estimate=estimate,
                 visits=round(stats.visits), changes=round(sum(stats.changed.values())),
-                full_bytes=None if sizes is None else MeanBytes(sizes * (0.9 + 0.2 * (i % 101) / 100), 3))
+                full_bytes=None if sizes is None else MeanBytes(sizes * (0.9 + 0.2 * (i % 101) / 100), 3),
+                links=NewLinkStats(0.5 + 20.0 * (i % 5 == 0), 10.0, 3) if hubs else None)
             key = fingerprinter.fingerprint(scrapy.Request(url)).hex()
             store.put_page(key, state.to_json(), state.summary())
             if i % SEED_BATCH == SEED_BATCH - 1:

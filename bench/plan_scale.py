@@ -12,6 +12,7 @@ crawl of a host that honours validators has them.
 
     python bench/plan_scale.py                                   # 200,000 pages, budget 5000 requests
     python bench/plan_scale.py --billing bandwidth --budget 2MB  # sizes of their own, a host sent validators
+    python bench/plan_scale.py --hubs                            # every page links out
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--billing", default="requests", choices=("requests", "bandwidth"),
                         help="COSTSCHED_BILLING (default requests)")
     parser.add_argument("--repeat", type=int, default=4, help="plans of each kind, alternating (default 4)")
+    parser.add_argument("--hubs", action="store_true", help="every page links out (a spider that follows them all)")
     args = parser.parse_args()
     if args.pages < 2 or args.repeat < 1:
         parser.error("--pages must be at least 2 and --repeat at least 1")
@@ -101,7 +103,7 @@ def main() -> None:
         workdir = Path(tmp)
         seed = workdir / "seed.sqlite"
         sized = args.billing == "bandwidth"
-        seed_state(seed, SITE, args.pages, time.time(), sizes=FULL_BYTES if sized else None)
+        seed_state(seed, SITE, args.pages, time.time(), sizes=FULL_BYTES if sized else None, hubs=args.hubs)
         if sized:
             trust_validators(seed)
         seconds: dict[bool, list[float]] = {True: [], False: []}
@@ -114,7 +116,8 @@ def main() -> None:
                 planned[preselect].add(stats.get("planned"))
                 if preselect:
                     unread.append(stats.get("unread", 0))
-    print(f"plan_scale: {args.pages:,} known pages, budget {args.budget} ({args.billing}), {args.repeat} plans each")
+    print(f"plan_scale: {args.pages:,} known pages{', every one a hub' if args.hubs else ''}, budget {args.budget} "
+          f"({args.billing}), {args.repeat} plans each")
     for preselect, name in ((True, "pre-selection"), (False, "every page read")):
         runs = seconds[preselect]
         print(f"  {name:<16} median {statistics.median(runs):.2f} s (range {min(runs):.2f}-{max(runs):.2f}); "

@@ -9,7 +9,7 @@ each page's bound that its own fields decide, its value times the bound on its f
 (:func:`~.model.scoring.rank_head`), in the scan that reads each page's key and profile for the
 page index (:meth:`~.pagebook.PageBook.index`); the cost it is divided by is known per group.
 Only the pages whose bound reaches the threshold the budget asks for, and those the bound does
-not cover (never fetched, hubs, waiting out a backoff, ...), are
+not cover (never fetched, waiting out a backoff, ...), are
 read in full and ranked. Every page left unread indexes below that threshold, so the part of
 their ranking at or above it is the head that ranking every page would give. The pages left
 unread are read when a leftover round walks past the head, if one does.
@@ -22,7 +22,7 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy_costsched.learner import DAY
 from scrapy_costsched.model.scoring import (
@@ -41,6 +41,7 @@ from scrapy_costsched.pages import Summary
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+    from scrapy_costsched.model.discovery import LinkPrior
     from scrapy_costsched.pagebook import PageBook
     from scrapy_costsched.storage import SummaryQueries
 
@@ -82,22 +83,55 @@ class Preselection:
 class BoundSql:
     """An SQL expression over a summary row: the page's value times the bound of its freshness gain
     (:func:`~.model.scoring.rank_head`), ``NULL`` for a page the bound does not cover (*covers* is ``false``);
-    and their parameters."""
+    *hub*, four more: a hub's last visit and its link stats (``NULL`` for a page that is not one); and their
+    parameters."""
 
     expression: str
     covers: str
+    hub: str
     args: dict[str, Any]
 
 
+class HubTerms(NamedTuple):
+    """What the new pages a hub of a group reveals are worth (:func:`~.model.scoring.score`): the prior its new
+    links a day are read with, a new page's gain (value × U) and its price."""
+
+    prior: LinkPrior
+    gain: float
+    cost: float
+
+
+def hub_bound(partial: float, cost: float, elapsed: float, links: Any, days: Any, cap: Any, terms: HubTerms) -> float:
+    """The bound of a hub's index, from *partial* (its value times the bound of its own gain), the least *cost*
+    of its visit, the days since its last visit (*elapsed*) and its link stats (:class:`~.discovery.NewLinkStats`'
+    faded new *links* and *days*, and its *cap*, ``None`` for none), as SQL read them.
+
+    The index of the bundle of a visit and the F new pages it is expected to reveal,
+    ``(gain + F·new gain) / (cost + F·new cost)`` with ``F = min(rate·elapsed, cap)``, is increasing in the
+    visit's gain and decreasing in its cost, so at most that of the bundle with the bound of the one and the
+    floor of the other; and a weighted mean of the visit's own index and a new page's, so at most the larger of
+    that and the visit's own bound for any F. Link stats that are not numbers are priced as a page, as planning
+    prices them.
+    """
+    own = partial / cost
+    if type(links) not in (int, float) or type(days) not in (int, float) or not links >= 0.0 <= days:
+        return own
+    found = (terms.prior.shape + links) / (terms.prior.days + days) * elapsed
+    if type(cap) in (int, float):
+        found = min(found, cap)
+    return max(own, (partial + found * terms.gain) / (cost + found * terms.cost)) if found > 0.0 else own
+
+
 def bound_sql(*, now: float, cycle: float, objective: str, tiers: Mapping[str, float], default_value: float,
-              depth_limit: float) -> BoundSql:
+              depth_limit: float, json_functions: bool = True) -> BoundSql:
     """The bound of pages visited before *now* with a rate estimate, a stored template and the plan's other fields
-    plain (no backoff, not unlinked, within *depth_limit*, not a hub), as :func:`~.model.scoring.rank_head` bounds
+    plain (no backoff, not unlinked, within *depth_limit*), as :func:`~.model.scoring.rank_head` bounds
     them: ``min(1/r, r·(t + c)²/2)`` (or ``min(1, (r·(t + c))²/2)`` for the ``changes`` objective), at the 90%
     interval's ends too where the estimate has one, weighed as its nodes are. (A looser bound in one ``min``,
     ``min(1/a, b·(t + c)²/2)`` over the interval, took half the SQL's time, but the benchmark's plan then found
     too few pages above its threshold and read four times as many again.) Strikes only lower a page's value, so
-    its bound holds for it."""
+    its bound holds for it. A hub's link stats are read from its JSON text, and without SQLite's JSON functions
+    (*json_functions*) hubs are not covered."""
     c = _COLUMN
     args: dict[str, Any] = {"now": now, "cycle": cycle, "depth_limit": depth_limit, "default_value": default_value,
                             "largest": sys.float_info.max}
@@ -120,26 +154,31 @@ def bound_sql(*, now: float, cycle: float, objective: str, tiers: Mapping[str, f
     named = "".join(f"WHEN :tier{position} THEN :weight{position} " for position in range(len(tiers)))
     page_value = f"CASE {value} {named}ELSE CASE WHEN {number(value)} THEN {value} ELSE :default_value END END"
     covered = [
-        "json IS NULL", f"n = {len(Summary._fields)}", f"{c['has_template']} = 1", f"{c['not_before']} IS NULL",
+        *([] if json_functions else ["json IS NULL"]),
+        f"n = {len(Summary._fields)}", f"{c['has_template']} = 1", f"{c['not_before']} IS NULL",
         f"{c['unlinked']} IS NULL", f"({c['depth']} IS NULL OR {c['depth']} <= :depth_limit)",
         f"{c['last_seen']} < :now", number(rate), f"({cost} IS NULL OR {number(cost)})",
     ]
     covers = " AND ".join(covered)
-    return BoundSql(f"CASE WHEN {covers} THEN ({page_value}) * ({gain}) END", covers, args)
+    links = f"$[{Summary._fields.index('links')}]"  # NewLinkStats.to_json: links, days, most, saturated
+    hub = (f"CASE WHEN json IS NOT NULL THEN {c['last_seen']} END, json_extract(json, '{links}[0]'), "
+           f"json_extract(json, '{links}[1]'), "
+           f"CASE json_extract(json, '{links}[3]') WHEN 1 THEN json_extract(json, '{links}[2]') END"
+           if json_functions else "NULL, NULL, NULL, NULL")
+    return BoundSql(f"CASE WHEN {covers} THEN ({page_value}) * ({gain}) END", covers, hub, args)
 
 
 def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: float, *,
-              group_cost: Callable[[str, float | None], float | None],
+              group_cost: Callable[[str, float | None], float | None], hub_terms: Callable[[str], HubTerms],
               candidates_of: Callable[[Iterable[tuple[str, Sequence[Any]]]], list[Candidate]], objective: str,
               cycle: float) -> Preselection | None:
     """Index every known page of *store*, then read and rank as few of them as give the head of the ranking that
     covers *need*; ``None`` where the bound covers at most half the pages (read every page then).
 
-    A page that links out is a hub, priced with the new pages it may reveal, and is not bounded so
-    (:func:`~.model.scoring.rank_head` scores hubs all). Where most pages are (a spider that follows links from
-    every page), reading the rest by rowid after the scan that bounds them takes longer than reading them all at
-    once: a count of the pages covered, by group, in SQL (about a tenth of a second at 200,000 pages) decides
-    first.
+    A page that links out is a hub, priced with the new pages it may reveal (:func:`hub_bound`, from its group's
+    *hub_terms*). Where the bound covers few pages (most never fetched, say), reading the rest by rowid after the
+    scan that bounds them takes longer than reading them all at once: a count of the pages covered, by group, in
+    SQL (about a tenth of a second at 200,000 pages) decides first.
 
     A page's bound is *bound*'s expression divided by its planned cost, its own override or at least its group's
     (*group_cost* of the group and the least size of its own a page of it has, for byte billing; ``None`` where
@@ -157,22 +196,32 @@ def preselect(store: SummaryQueries, pages: PageBook, bound: BoundSql, need: flo
     (known,) = next(store.scan_plan("count(*)", {}))
     if 2 * sum(count for group, count, _ in by_group if floors[group] is not None) <= known:
         return None
-    rows = list(store.scan_plan(f"key, rowid, {bound.expression}, {_PROFILE_COLUMNS}", bound.args))
+    rows = list(store.scan_plan(f"key, rowid, {bound.expression}, {_PROFILE_COLUMNS}, {bound.hub}", bound.args))
     pages.index(rows, _PROFILE)
     covered = Unread()
     uncovered = array("q")
     costs = 0.0
-    for row in rows:  # each: key, rowid, the bound's expression, the profile's columns (cost at 5, group at 4)
+    now = bound.args["now"]
+    terms: dict[str, HubTerms] = {}
+    # Each row: key, rowid, the bound's expression, the profile's columns (group at 4, cost at 5), and a hub's last
+    # visit and link stats (at 8 to 11).
+    for row in rows:
         partial = row[2]
         if partial is not None:
             cost = row[5]
             if cost is None:
-                group = row[4]
-                cost = floors[group]  # counted above: the bound covers its page
+                cost = floors[row[4]]  # counted above: the bound covers its page
             if cost is not None:
+                if row[8] is None:
+                    page_bound = partial / cost
+                else:
+                    group = row[4]
+                    if group not in terms:
+                        terms[group] = hub_terms(group)
+                    page_bound = hub_bound(partial, cost, (now - row[8]) / DAY, row[9], row[10], row[11], terms[group])
                 covered.keys.append(row[0])
                 covered.rowids.append(row[1])
-                covered.bounds.append(partial / cost * BOUND_MARGIN)
+                covered.bounds.append(page_bound * BOUND_MARGIN)
                 costs += cost
                 continue
         uncovered.append(row[1])

@@ -33,7 +33,8 @@ SCHEMA_VERSION = 2
 SCHEMA_FORMAT = "scrapy-costsched"
 TABLE = "costsched"
 #: Page summaries: ``n`` items of JSON scalars in columns ``c0``.. (booleans come back as 0 or 1),
-#: or, for a summary with a list, a dict or more items, its JSON text in ``json``.
+#: or, for a summary with a list, a dict or more items, its JSON text in ``json`` (with lists, the scalars in
+#: their columns too, ``n`` set).
 PLAN_TABLE = "costsched_plan"
 #: Summary items that get a column each: as many as a page's summary has (:class:`~.pages.Summary`), or every
 #: summary would go to ``json``, which planning decodes row by row. A column added later is added to an older
@@ -49,6 +50,19 @@ MAX_VARIABLES = 500
 PENDING_ROWS = 1000
 #: Whether this SQLite has ``INSERT ... ON CONFLICT DO UPDATE`` (3.24, 2018).
 _UPSERT = sqlite3.sqlite_version_info >= (3, 24, 0)
+
+
+def _has_json_functions() -> bool:
+    """Whether this SQLite has its JSON functions: built in since 3.38 (2022), an extension most builds include
+    before."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("SELECT json_extract('[1]', '$[0]')").fetchone()
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+    return True
 
 _NOT_OPEN = "the costsched state store is not open"
 
@@ -109,6 +123,9 @@ class SummaryQueries(Protocol):
     Planning a large crawl computes part of each page's bound where the rows are and reads in full only the
     pages whose bound reaches the head of its ranking (:mod:`~scrapy_costsched.preselection`)."""
 
+    #: Whether the SQL has SQLite's JSON functions (``json_extract``), to read into the JSON text.
+    json_functions: bool
+
     def scan_plan(self, select: str, args: Mapping[str, Any], clauses: str = "") -> Iterator[tuple[Any, ...]]:
         """Every summary row as the SQL expressions *select* over its columns (named parameters in *args*), or what
         SQL *clauses* after ``FROM`` (a ``WHERE``, a ``GROUP BY``) make of them."""
@@ -130,9 +147,15 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _plan_row(fingerprint: str, summary: list[Any]) -> tuple[Any, ...]:
-    """*summary* as a row of :data:`PLAN_TABLE`: its items in columns when they are all JSON scalars."""
-    if len(summary) <= PLAN_COLUMNS and all(map(_column_value, summary)):
-        return (fingerprint, len(summary), None, *summary, *(None,) * (PLAN_COLUMNS - len(summary)))
+    """*summary* as a row of :data:`PLAN_TABLE`: its items in columns when they are all JSON scalars. A summary
+    with lists among them (a hub's link stats) is read from its JSON text, but its scalars are in their columns too
+    (the lists' are ``NULL``), so SQL over the columns sees every page that way."""
+    if len(summary) <= PLAN_COLUMNS:
+        lists = [isinstance(item, list) for item in summary]
+        if all(is_list or _column_value(item) for is_list, item in zip(lists, summary, strict=True)):
+            return (fingerprint, len(summary), _encode(summary) if any(lists) else None,
+                    *(None if is_list else item for is_list, item in zip(lists, summary, strict=True)),
+                    *(None,) * (PLAN_COLUMNS - len(summary)))
     return (fingerprint, None, _encode(summary), *(None,) * PLAN_COLUMNS)
 
 
@@ -179,6 +202,8 @@ class SqliteDictStorage:
     read through a read-only connection of our own, except those written since the
     last commit, which only sqlitedict's connection sees.
     """
+
+    json_functions = _has_json_functions()
 
     def __init__(self, path: str | os.PathLike[str], read_only: bool = False) -> None:
         self.path = Path(path)

@@ -57,7 +57,15 @@ from scrapy_costsched.pages import (
     request_from_template,
     stored_item,
 )
-from scrapy_costsched.preselection import Preselection, Unread, bound_sql, preselect, rank_above, unread_summaries
+from scrapy_costsched.preselection import (
+    HubTerms,
+    Preselection,
+    Unread,
+    bound_sql,
+    preselect,
+    rank_above,
+    unread_summaries,
+)
 from scrapy_costsched.records import ItemDigest, RecordHasher, UnhashableItem, item_type_name
 from scrapy_costsched.sessions import SESSION_META, SessionSteps
 from scrapy_costsched.settings import BILLING_MODELS, Config, SettingError, format_duration, resolve_value
@@ -924,9 +932,11 @@ class Tracker:
         if not isinstance(self.store, SummaryQueries):
             return None
         bound = bound_sql(now=now, cycle=cycle, objective=objective, tiers=self.config.value_tiers,
-                          default_value=self.resolve_value(self.config.default_value), depth_limit=self.depth_limit)
+                          default_value=self.resolve_value(self.config.default_value), depth_limit=self.depth_limit,
+                          json_functions=self.store.json_functions)
         return preselect(self.store, self.pages, bound, need,
                          group_cost=lambda group, least_bytes: self._cost_floor(group, now, least_bytes),
+                         hub_terms=lambda group: self._hub_terms(group, objective),
                          candidates_of=lambda rows: self.candidates_of(rows, now), objective=objective, cycle=cycle)
 
     def rank_unread(self, rest: list[Candidate], unread: Unread, need: float, now: float, objective: str,
@@ -1108,6 +1118,13 @@ class Tracker:
         not the prior page, which under byte billing held most of a budget for a hub's few small pages."""
         return (self.health.priced(host, self._full_fetch(self.hosts.mean_bytes(None, not_modified=False)))
                 + self._media_cost(None, first=True))
+
+    def _hub_terms(self, group: str, objective: str) -> HubTerms:
+        """What a new page a hub of *group* reveals is worth, as :meth:`_hub` and the ranking price it."""
+        host = group.partition("|")[0]
+        value = self.resolve_value(self.config.default_value)
+        gain = value if objective == "changes" else value / self.prior_rate(group_of(host, "default"))
+        return HubTerms(self.learner.link_prior_of(group), gain, self._new_page_cost(host))
 
     def _hub(self, row: Summary, new_page_cost: float) -> Discovery | None:
         """What a page that links out reveals: its learned new links a day, each at *new_page_cost*."""

@@ -21,7 +21,7 @@ from scrapy_costsched.model import RateEstimate
 from scrapy_costsched.model.discovery import NewLinkStats
 from scrapy_costsched.model.scoring import rank
 from scrapy_costsched.pages import MeanBytes, PageState, make_template
-from scrapy_costsched.preselection import bound_sql
+from scrapy_costsched.preselection import bound_sql, hub_bound
 from scrapy_costsched.storage import SqliteDictStorage
 from scrapy_costsched.tracker import DAY, Tracker
 from tests.helpers import FAKE_START, NOW, ROOT, fake_now
@@ -191,16 +191,28 @@ def test_the_sql_bound_is_at_least_each_covered_page_s_index(state: Path, tmp_pa
     bound = bound_sql(now=now, cycle=scheduler.cycle, objective=objective, tiers=tracker.config.value_tiers,
                       default_value=tracker.resolve_value(tracker.config.default_value),
                       depth_limit=tracker.depth_limit)
-    partial = dict(tracker.store.scan_plan(f"key, {bound.expression}", bound.args))  # type: ignore[union-attr]
-    covered, validated = 0, set()
+    rows = {key: row for key, *row in tracker.store.scan_plan(  # type: ignore[union-attr]
+        f"key, {bound.expression}, {bound.hub}", bound.args)}
+    covered, validated, hubs = 0, set(), set()
     for index, candidate in rank(tracker.candidates(now), objective, cycle=scheduler.cycle):
-        if partial[candidate.key] is not None:
+        partial, last_seen, new_links, days, cap = rows[candidate.key]
+        if partial is not None:
             covered += 1
             if candidate.revalidation_cost is not None:
                 validated.add(candidate.key)
             least = candidate.cost if candidate.revalidation_cost is None else candidate.revalidation_cost
-            assert index <= partial[candidate.key] / least * (1 + 1e-9)
+            if last_seen is None:
+                assert candidate.hub is None
+                assert index <= partial / least * (1 + 1e-9)
+            else:
+                hubs.add(candidate.key)
+                page = tracker.page(candidate.key)
+                assert page is not None
+                terms = tracker._hub_terms(f"{page.host}|{page.page_type}", objective)
+                elapsed = (now - last_seen) / DAY
+                assert index <= hub_bound(partial, least, elapsed, new_links, days, cap, terms) * (1 + 1e-9)
     assert covered > PAGES / 2
+    assert len(hubs) > 30  # one page in 53 links out
     # Pages sent validators are bounded, and some left unread (their bounds are looser by the full page's price
     # over the 304's, here ten times); under byte billing so are pages with sizes of their own.
     unread = set(scheduler._ranking.unread.keys)
@@ -276,15 +288,58 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
     assert planned_urls <= set(visited.read_text().split())
 
 
-def test_where_most_pages_link_out_the_plan_reads_them_all_at_once(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found in a trial with a CrawlSpider that follows links from every product page: every page is a hub, which
-    the bound does not cover, so reading them by rowid after the scan that bounds them only added that scan."""
+@pytest.mark.parametrize("objective", ["freshness", "changes"])
+def test_where_most_pages_link_out_they_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       objective: str) -> None:
+    """Found in a trial with a CrawlSpider that follows links from every product page: every page is a hub, priced
+    with the new pages it may reveal, and the plan read them all. A hub is bounded by the larger of its own bound
+    and a new page's index, weighed by the new links it may show (some pages here show many, some few)."""
     spider = PlanSpider()
     pages = [page_of(i, spider) for i in range(3000)]
     for i, page in enumerate(pages):
         if i % 3:
+            page.links = NewLinkStats(links=0.1 + 4.0 * (i % 5 == 0), days=5.0, most=3, saturated=i % 7 == 0)
+    state = write_state(tmp_path / "state.sqlite", pages)
+    pre = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60, COSTSCHED_OBJECTIVE=objective)
+    full = planned(state, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=60, COSTSCHED_OBJECTIVE=objective)
+    unread = set(pre._ranking.unread.keys)
+    assert sum(pre.tracker.page(key).links is not None for key in unread) > 500  # type: ignore[union-attr]
+    assert pre._ranking.keys[:pre._plan_end] == full._ranking.keys[:full._plan_end]
+    assert pre.stats.get_value("costsched/plan/hubs") == full.stats.get_value("costsched/plan/hubs")
+    assert_unread_below_head(pre, full, objective)
+    for scheduler in (pre, full):
+        scheduler.close("finished")
+
+
+def test_without_sqlite_s_json_functions_hubs_are_read_in_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SQLite built without its JSON functions (before 3.38 they were an extension) cannot read a hub's link
+    stats: hubs are read and ranked in full, the other pages pre-selected as before."""
+    spider = PlanSpider()
+    pages = [page_of(i, spider) for i in range(3000)]
+    for i, page in enumerate(pages):
+        if i % 7 == 0:
             page.links = NewLinkStats(links=0.1, days=5.0, most=3)
+    state = write_state(tmp_path / "state.sqlite", pages)
+    monkeypatch.setattr(SqliteDictStorage, "json_functions", False)
+    pre = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60)
+    full = planned(state, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=60)
+    unread = pre._ranking.unread.keys
+    assert unread
+    assert not any(pre.tracker.page(key).links for key in unread)  # type: ignore[union-attr]
+    assert pre._ranking.keys[:pre._plan_end] == full._ranking.keys[:full._plan_end]
+    for scheduler in (pre, full):
+        scheduler.close("finished")
+
+
+def test_where_the_bound_covers_few_pages_the_plan_reads_them_all_at_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most pages never fetched (a crawl's first days): reading the few covered ones by rowid after the scan that
+    bounds them would only add that scan."""
+    spider = PlanSpider()
+    pages = [page_of(i, spider) for i in range(3000)]
+    for i, page in enumerate(pages):
+        if i % 3:
+            page.last_visit = page.last_attempt = None
     state = write_state(tmp_path / "state.sqlite", pages)
     pre = planned(state, tmp_path, True, monkeypatch, COSTSCHED_BUDGET=60)
     full = planned(state, tmp_path, False, monkeypatch, COSTSCHED_BUDGET=60)
