@@ -25,6 +25,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy_costsched.learner import DAY
+from scrapy_costsched.model.discovery import expected_new
 from scrapy_costsched.model.scoring import (
     BOUND_MARGIN,
     CENTRE_WEIGHT,
@@ -116,9 +117,7 @@ def hub_bound(partial: float, cost: float, elapsed: float, links: Any, days: Any
     own = partial / cost
     if type(links) not in (int, float) or type(days) not in (int, float) or not links >= 0.0 <= days:
         return own
-    found = (terms.prior.shape + links) / (terms.prior.days + days) * elapsed
-    if type(cap) in (int, float):
-        found = min(found, cap)
+    found = expected_new(terms.prior.rate(links, days), elapsed, cap if type(cap) in (int, float) and cap > 0 else math.inf)
     return max(own, (partial + found * terms.gain) / (cost + found * terms.cost)) if found > 0.0 else own
 
 

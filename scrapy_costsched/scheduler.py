@@ -372,8 +372,8 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/hubs", sum(map(leads_to_new_pages, planned)))
         if scouts:
             self.stats.set_value("costsched/plan/scout", len(scouts))
-        self.stats.set_value("costsched/plan/known_pages",
-                             len(self._ranking) + len(self._ranking.rest) + len(self._ranking.unread))
+        known = len(self._ranking) + len(self._ranking.rest) + len(self._ranking.unread)
+        self.stats.set_value("costsched/plan/known_pages", known)
         if self._ranking.unread:
             self.stats.set_value("costsched/plan/unread", len(self._ranking.unread))
         self.stats.set_value("costsched/plan/planned", self._plan_end)
@@ -386,8 +386,8 @@ class CostAwareScheduler(BaseScheduler):
                         "back", self.tracker.who, unlinked, self.config.unlinked_periods)
         scouted = [page.url for page in map(self.tracker.page, (c.key for c in scouts)) if page is not None]
         unit = self.tracker.billing.unit
-        logger.info("%s: %s; planned %d of %d ranked known pages%s%s, %s kept for discovery%s",
-                    self.tracker.who, self.tracker.ledger.left(), self._plan_end, len(self._ranking),
+        logger.info("%s: %s; planned %d of %d known pages (%d ranked)%s%s, %s kept for discovery%s",
+                    self.tracker.who, self.tracker.ledger.left(), self._plan_end, known, len(self._ranking),
                     f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
                     f", {amount(session, unit)} for session steps (as many as the last run's)" if session else "",
                     amount(self._discovery_allowance, unit, ".0f"),

@@ -64,6 +64,7 @@ def _has_json_functions() -> bool:
         conn.close()
     return True
 
+
 _NOT_OPEN = "the costsched state store is not open"
 
 logger = logging.getLogger(__name__)
@@ -150,12 +151,15 @@ def _plan_row(fingerprint: str, summary: list[Any]) -> tuple[Any, ...]:
     """*summary* as a row of :data:`PLAN_TABLE`: its items in columns when they are all JSON scalars. A summary
     with lists among them (a hub's link stats) is read from its JSON text, but its scalars are in their columns too
     (the lists' are ``NULL``), so SQL over the columns sees every page that way."""
-    if len(summary) <= PLAN_COLUMNS:
-        lists = [isinstance(item, list) for item in summary]
-        if all(is_list or _column_value(item) for is_list, item in zip(lists, summary, strict=True)):
-            return (fingerprint, len(summary), _encode(summary) if any(lists) else None,
-                    *(None if is_list else item for is_list, item in zip(lists, summary, strict=True)),
-                    *(None,) * (PLAN_COLUMNS - len(summary)))
+    if len(summary) > PLAN_COLUMNS:
+        return (fingerprint, None, _encode(summary), *(None,) * PLAN_COLUMNS)
+    padding = (None,) * (PLAN_COLUMNS - len(summary))
+    if all(map(_column_value, summary)):  # most pages: checked in one pass, the list-aware pass only if it fails
+        return (fingerprint, len(summary), None, *summary, *padding)
+    lists = [isinstance(item, list) for item in summary]
+    if all(is_list or _column_value(item) for is_list, item in zip(lists, summary, strict=True)):
+        return (fingerprint, len(summary), _encode(summary),
+                *(None if is_list else item for is_list, item in zip(lists, summary, strict=True)), *padding)
     return (fingerprint, None, _encode(summary), *(None,) * PLAN_COLUMNS)
 
 

@@ -974,7 +974,7 @@ class Tracker:
         tiers: dict[str, float] = {}
         priors: dict[str, float] = {}
         costs: dict[str, _GroupCosts] = {}
-        new_page_costs: dict[str, float] = {}
+        new_pages: dict[str, Discovery] = {}
         by_size = self.billing.unit == "bytes"
         too_deep = unlinked_out = 0
         for key, row in summaries:
@@ -1019,9 +1019,9 @@ class Tracker:
             elapsed = math.inf if last_seen is None else max(now - last_seen, 0.0) / DAY
             hub = None
             if links is not None:
-                if group not in new_page_costs:
-                    new_page_costs[group] = self._new_page_cost(group.partition("|")[0])
-                hub = self._hub(Summary._make(row), new_page_costs[group])
+                if group not in new_pages:
+                    new_pages[group] = self._new_pages(group)
+                hub = self._hub(Summary._make(row), new_pages[group])
             append(Candidate(key, value, rate, elapsed, cost, revalidation_cost if last_seen is not None else None,
                              rate_low, rate_high, hub))
         if too_deep:
@@ -1119,15 +1119,20 @@ class Tracker:
         return (self.health.priced(host, self._full_fetch(self.hosts.mean_bytes(None, not_modified=False)))
                 + self._media_cost(None, first=True))
 
+    def _new_pages(self, group: str) -> Discovery:
+        """What a new page a hub of *group* reveals is worth and costs, as a hub's :class:`Discovery` without
+        its own link stats (no new links yet): a new page is planned at its host's default prior rate."""
+        host = group.partition("|")[0]
+        return Discovery(0.0, self.resolve_value(self.config.default_value), self._new_page_cost(host),
+                         self.prior_rate(group_of(host, "default")))
+
     def _hub_terms(self, group: str, objective: str) -> HubTerms:
         """What a new page a hub of *group* reveals is worth, as :meth:`_hub` and the ranking price it."""
-        host = group.partition("|")[0]
-        value = self.resolve_value(self.config.default_value)
-        gain = value if objective == "changes" else value / self.prior_rate(group_of(host, "default"))
-        return HubTerms(self.learner.link_prior_of(group), gain, self._new_page_cost(host))
+        new_pages = self._new_pages(group)
+        return HubTerms(self.learner.link_prior_of(group), new_pages.new_gain(objective == "changes"), new_pages.cost)
 
-    def _hub(self, row: Summary, new_page_cost: float) -> Discovery | None:
-        """What a page that links out reveals: its learned new links a day, each at *new_page_cost*."""
+    def _hub(self, row: Summary, new_pages: Discovery) -> Discovery | None:
+        """What a page that links out reveals: its learned new links a day, each worth and costing *new_pages*'."""
         if row.links is None:
             return None
         try:
@@ -1135,9 +1140,7 @@ class Tracker:
         except ValueError:
             self.stats.inc_value("costsched/invalid/link_stats")
             return None
-        host = row.group.partition("|")[0]
-        return Discovery(links.rate(self.learner.link_prior_of(row.group)), self.resolve_value(self.config.default_value),
-                         new_page_cost, self.prior_rate(group_of(host, "default")), links.cap)
+        return new_pages._replace(rate=links.rate(self.learner.link_prior_of(row.group)), cap=links.cap)
 
     def session_from(self, response: Response) -> None:
         """A callback of *response*, a page's, yielded a session step. A start URL that does is the log-in page of a

@@ -173,7 +173,7 @@ def test_json_round_trip() -> None:
 @pytest.mark.parametrize(
     "data",
     [None, [], [1.0, 2.0, 3], [1.0, 2.0, 3, 2], [-1.0, 2.0, 3, 0], [1.0, math.inf, 3, 0], [1.0, 2.0, 3.5, 0],
-     [1.0, 2.0, True, 0], [1.0, 2.0, 3, 0.0], ["1", 2.0, 3, 0], {"links": 1.0}],
+     [1.0, 2.0, True, 0], [1.0, 2.0, 3, 0.0], ["1", 2.0, 3, 0], {"links": 1.0}, [1.0, 2.0, 0, 1]],
 )
 def test_from_json_rejects_malformed_data(data: object) -> None:
     with pytest.raises(ValueError, match="malformed new-link stats"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -286,6 +287,10 @@ def test_a_real_crawl_of_a_large_state_reads_part_of_it_and_visits_what_reading_
     assert 0 < stats["costsched/plan/unread"] < 3000
     assert stats["costsched/plan/planned"] == len(planned_urls) > 100
     assert planned_urls <= set(visited.read_text().split())
+    # The log counts the pages known, not only those ranked (found in trial 23).
+    line = re.search(rf"; planned {len(planned_urls)} of 3000 known pages \((\d+) ranked\)", proc.stderr)
+    assert line is not None, proc.stderr[-3000:]
+    assert len(planned_urls) <= int(line[1]) <= 3000 - stats["costsched/plan/unread"]
 
 
 @pytest.mark.parametrize("objective", ["freshness", "changes"])

@@ -205,7 +205,7 @@ def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_co
     assert first.hits["/robots.txt"] == 1
     assert 0 < robots < 1000
     later = crawls.run(*bandwidth, paths=paths)
-    plan_line = next(line for line in later.log.splitlines() if "ranked known pages" in line)
+    plan_line = next(line for line in later.log.splitlines() if " known pages (" in line)
     assert f" and {robots:g} bytes for their hosts' robots.txt, " in plan_line
     assert " bytes kept for discovery" in plan_line
 

@@ -78,6 +78,15 @@ class LinkPrior:
     def mean(self) -> float:
         return self.shape / self.days
 
+    def rate(self, links: float, days: float) -> float:
+        """Posterior mean of new links per day after *links* new links over *days* days of exposure,
+        (shape + links) / (days + exposure).
+
+        >>> LinkPrior().rate(4.0, 2.0)
+        1.5
+        """
+        return (self.shape + links) / (self.days + days)
+
 
 def pooled_prior(pages: Iterable[NewLinkStats], prior: LinkPrior | None = None) -> LinkPrior | None:
     """The prior for a group of pages (a host's page type): *prior*'s weight, centred on the group's pooled rate.
@@ -104,7 +113,7 @@ def pooled_prior(pages: Iterable[NewLinkStats], prior: LinkPrior | None = None) 
         days += stats.days
     if days <= 0.0:
         return None
-    return LinkPrior(shape=(p.shape + links) / (p.days + days) * p.days, days=p.days)
+    return LinkPrior(shape=p.rate(links, days) * p.days, days=p.days)
 
 
 def expected_new(rate: float, elapsed: float, cap: float = math.inf) -> float:
@@ -239,8 +248,7 @@ class NewLinkStats:
         >>> NewLinkStats().rate(), NewLinkStats(links=0.0, days=99.0).rate()
         (0.5, 0.005)
         """
-        p = LinkPrior() if prior is None else prior
-        return (p.shape + self.links) / (p.days + self.days)
+        return (LinkPrior() if prior is None else prior).rate(self.links, self.days)
 
     @property
     def cap(self) -> float:
@@ -266,7 +274,7 @@ class NewLinkStats:
             raise ValueError("malformed new-link stats: expected [links, days, most, saturated]")
         links, days, most, saturated = data
         if not (_is_number(links) and _is_number(days) and _is_count(most) and saturated in (0, 1)
-                and _is_count(saturated)):
+                and _is_count(saturated) and (most > 0 or not saturated)):  # a saturated visit showed new links
             raise ValueError("malformed new-link stats: bad field values")
         return cls(float(links), float(days), most, bool(saturated))
 
@@ -294,3 +302,12 @@ class Discovery(NamedTuple):
     cost: float
     page_rate: float
     cap: float = math.inf
+
+    def new_gain(self, changes: bool) -> float:
+        """A new page's gain: its value, over its planned rate under the freshness objective (never fetched, its
+        expected stale time a visit ends is 1/rate), as is under ``changes``.
+
+        >>> Discovery(rate=2.0, value=1.0, cost=1.0, page_rate=0.25).new_gain(changes=False)
+        4.0
+        """
+        return self.value if changes else self.value / self.page_rate

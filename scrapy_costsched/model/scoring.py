@@ -225,7 +225,7 @@ def _index(candidate: Candidate, changes: bool, cycle: float) -> float:
     _, value, rate, elapsed, cost, c304, _, _, hub = candidate
     if hub is not None and (found := expected_new(hub.rate, elapsed, hub.cap)):
         # The bundle of the visit and the pages it reveals (see score); found > 0 implies elapsed > 0.
-        new_gain = hub.value if changes else hub.value / hub.page_rate
+        new_gain = hub.new_gain(changes)
         if found == math.inf:
             return new_gain / hub.cost
         gain, divisor = _own(candidate, changes, cycle) if rate else (0.0, cost if c304 is None else c304)
