@@ -577,7 +577,7 @@ class Tracker:
         ) if count)
         logger.info(
             "%s: run finished (%s): %d visits%s: %d new pages, %d changed, %d unchanged (%d of them 304s)%s, "
-            "%d failed%s%s; spent %s%s%s; %s; next period starts in %.1f h",
+            "%d failed%s%s; spent %s%s%s; %s",
             self.who, reason, get("costsched/visits", 0),
             f" ({cached} more answers came from the HTTP cache: free, and not learned from)" if cached else "",
             get("costsched/baseline", 0), changed, get("costsched/unchanged", 0),
@@ -589,9 +589,18 @@ class Tracker:
             amount(spent, self.billing.unit),
             f", {amount(self.sessions.spent, self.billing.unit)} of them on session steps" if self.sessions.spent else "",
             per_change(spent, changed, self.billing.unit),
-            "shadow mode, nothing skipped" if self.config.shadow else
-            self.ledger.left(),
-            max(period_end - self.now(), 0.0) / 3600.0)
+            self._period_left(period_end))
+
+    def _period_left(self, period_end: float) -> str:
+        """What is left of the budget period and when the next starts, as the run's last line says it. A run that
+        went on past its period's end (a daily crawl across midnight) spent that period's budget to the end."""
+        shadow = "shadow mode, nothing skipped"
+        until_next = period_end - self.now()
+        if until_next >= 0.0:
+            return f"{shadow if self.config.shadow else self.ledger.left()}; next period starts in {until_next / 3600:.1f} h"
+        ended = (f"the budget period this run began in ended {-until_next / 3600:.1f} h ago, during the run (what it "
+                 "spent counts there); the next run spends the new period's budget")
+        return f"{shadow}; {ended}" if self.config.shadow else ended
 
     def _not_modified_observed(self) -> int:
         """304s taken as "unchanged" (not those to a verification's canary, nor those discarded)."""

@@ -11,16 +11,19 @@ in; ``-a odd=1`` adds a set field (iterated in a different order in each process
 types to each item; ``-a value_hook=1`` gives the spider a ``costsched_value()`` that reads ``.url`` of what it
 is given, as a user writes one for requests alone (it raises on the dict items); ``-a typed=1`` yields each page
 as a ``PageRecord`` dataclass rather than a dict; ``-a files=/sized/5{n}`` lists those paths in each item's
-``file_urls`` (for ``FilesPipeline``; ``{n}`` is the page's number). ``NewObjectPipeline`` and
+``file_urls`` (for ``FilesPipeline``; ``{n}`` is the page's number); ``-a outlive=SECONDS`` moves the clock
+(``DEMO_CLOCK_FILE``) that far on at the first page parsed, as a run still going at midnight. ``NewObjectPipeline`` and
 ``ApiRewriteMiddleware`` are enabled with ``-s`` like any project's components.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import scrapy
+from demo_site.clock import CLOCK_ENV, now, set_clock
 from itemadapter import ItemAdapter
 
 from tests.stats_spider import StatsFileSpider
@@ -50,7 +53,7 @@ class SetupsSpider(StatsFileSpider):
     def __init__(self, site: str = "", paths: str = "", chain: str = "", allowed: str = "",
                  callbacks: str = "methods", odd: str = "", cookie: str = "", carry: str = "", errback: str = "",
                  login: str = "", hubs: str = "", value_hook: str = "", typed: str = "", files: str = "",
-                 **kwargs: Any) -> None:
+                 outlive: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.site = site
         self.paths = [path for path in paths.split(",") if path]
@@ -67,6 +70,7 @@ class SetupsSpider(StatsFileSpider):
         self.login = login
         self.typed = bool(typed)
         self.files = [path for path in files.split(",") if path]
+        self.outlive = float(outlive or 0)
         if value_hook:
             self.costsched_value = lambda source: "high" if source.url.endswith("/page/1") else None
 
@@ -100,6 +104,9 @@ class SetupsSpider(StatsFileSpider):
                                  errback=self.failed if self.errback else None)
 
     def parse_page(self, response: Any) -> Any:
+        if self.outlive:
+            set_clock(os.environ[CLOCK_ENV], now() + self.outlive)
+            self.outlive = 0.0
         if response.css("p.sold"):  # a listing gone that still answers 200: nothing to scrape
             return
         title = response.css("h1::text").get()

@@ -210,6 +210,19 @@ def test_under_byte_billing_the_plan_reserves_what_robots_txt_was_measured_to_co
     assert " bytes kept for discovery" in plan_line
 
 
+def test_a_run_still_going_when_its_budget_period_ends_spends_that_period_and_says_so(crawls: Crawls) -> None:
+    """Found in a trial: a daily run that went on past midnight closed with "0 requests left in this period; next
+    period starts in 0.0 h". Its spend counts on the period it began in, and the next run spends the new one's."""
+    run = crawls.run("COSTSCHED_BUDGET=3", paths="/page/1,/page/2", outlive=str(1.5 * 86400))
+    assert run.stats["costsched/spent"] == 3  # robots.txt and both pages, on the period the run began in
+    assert re.search(r"; spent 3 requests; the budget period this run began in ended \d+\.\d h ago, during the run \(what "
+                     r"it spent counts there\); the next run spends the new period's budget\n", run.log), run.log[-3000:]
+    assert "next period starts in" not in run.log
+    later = crawls.run("COSTSCHED_BUDGET=3", paths="/page/1,/page/2,/page/3", day=crawls.day + 1.5)
+    assert "3 requests left in this period; planned " in later.log  # nothing of the new period was spent
+    assert later.stats["costsched/spent"] == 3
+
+
 def test_a_retry_the_budget_cannot_pay_for_reaches_the_errback(crawls: Crawls) -> None:
     """Found in a trial: a retry the add-on did not send vanished, so the spider heard nothing of a page whose
     500 RetryMiddleware had taken. Now it leaves the downloader with AttemptRefused, as robots.txt refusals do."""
