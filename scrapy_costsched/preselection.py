@@ -112,7 +112,7 @@ def hub_bound(partial: float, cost: float, elapsed: float, links: Any, days: Any
     visit's gain and decreasing in its cost, so at most that of the bundle with the bound of the one and the
     floor of the other; and a weighted mean of the visit's own index and a new page's, so at most the larger of
     that and the visit's own bound for any F. Link stats that are not numbers are priced as a page, as planning
-    prices them.
+    prices them; a cap that is not a positive number is taken for none (a looser bound, still a bound).
     """
     own = partial / cost
     if type(links) not in (int, float) or type(days) not in (int, float) or not links >= 0.0 <= days:

@@ -1130,7 +1130,8 @@ class Tracker:
 
     def _new_pages(self, group: str) -> Discovery:
         """What a new page a hub of *group* reveals is worth and costs, as a hub's :class:`Discovery` without
-        its own link stats (no new links yet): a new page is planned at its host's default prior rate."""
+        its own link stats (:meth:`_hub` adds them): its kind is not known before the spider parses it, so it is
+        planned at the prior rate of its host's untyped pages (``default``), as a new URL is ranked."""
         host = group.partition("|")[0]
         return Discovery(0.0, self.resolve_value(self.config.default_value), self._new_page_cost(host),
                          self.prior_rate(group_of(host, "default")))

@@ -209,7 +209,7 @@ def test_the_sql_bound_is_at_least_each_covered_page_s_index(state: Path, tmp_pa
                 hubs.add(candidate.key)
                 page = tracker.page(candidate.key)
                 assert page is not None
-                terms = tracker._hub_terms(f"{page.host}|{page.page_type}", objective)
+                terms = tracker._hub_terms(page.group, objective)
                 elapsed = (now - last_seen) / DAY
                 assert index <= hub_bound(partial, least, elapsed, new_links, days, cap, terms) * (1 + 1e-9)
     assert covered > PAGES / 2
