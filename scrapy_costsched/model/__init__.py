@@ -23,6 +23,7 @@ from .estimators import (
     improved_rate,
     last_modified_rate,
     log_marginal_likelihood,
+    log_spread_prior,
     mle_rate,
     naive_rate,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "improved_rate",
     "last_modified_rate",
     "log_marginal_likelihood",
+    "log_spread_prior",
     "mean_age",
     "mean_freshness",
     "mean_freshness_of",

@@ -28,6 +28,9 @@ References:
 - A. Kolobov, Y. Peres, C. Lu, E. Horvitz, "Staying up to date with online
   content changes using reinforcement learning for scheduling", NeurIPS 2019
   (learning rates while crawling; pseudo-observations).
+- A. Gelman, "Prior distributions for variance parameters in hierarchical
+  models", Bayesian Analysis 1(3), 2006, https://doi.org/10.1214/06-BA117A
+  (a weak prior on a group's spread where its members say little).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
 __all__ = [
+    "SPREAD_PRIOR_PAGES",
+    "SPREAD_PRIOR_SD_LOG",
     "ChangeStats",
     "RateEstimate",
     "RatePrior",
@@ -53,6 +58,7 @@ __all__ = [
     "improved_rate",
     "last_modified_rate",
     "log_marginal_likelihood",
+    "log_spread_prior",
     "mle_rate",
     "naive_rate",
 ]
@@ -74,6 +80,12 @@ _MIN_SD_LOG = 0.05
 _SUPPORT_DROP = 40.0
 _EM_TOLERANCE = 1e-4
 _MIN_INTERVAL = 1e-9
+
+#: The spread (sd_log) a group's prior returns to where its pages' histories cannot tell it, as when
+#: each page has one compared visit, and how many pages' worth of evidence that default weighs
+#: (:func:`log_spread_prior`): a factor of e between similar pages' rates, worth ten pages.
+SPREAD_PRIOR_SD_LOG = 1.0
+SPREAD_PRIOR_PAGES = 10.0
 
 
 # -- classical estimators (Cho & Garcia-Molina, TOIT 2003) -------------------
@@ -595,24 +607,46 @@ def log_marginal_likelihood(stats: Iterable[ChangeStats], prior: RatePrior) -> f
     )
 
 
+def log_spread_prior(sd_log: float, pages: float = SPREAD_PRIOR_PAGES) -> float:
+    """Log density, up to a constant, of the weak prior :func:`fit_prior` puts on a group's spread.
+
+    One compared visit per page (an unchanged four-day interval, say) tells a group's median
+    rate but not how far its pages spread around it: the marginal likelihood is flat in sd_log
+    there, and maximising it leaves the spread wherever it started (Gelman 2006 on variance
+    parameters with little information). A scaled inverse-chi-squared on sd_log**2 with *pages*
+    degrees of freedom at :data:`SPREAD_PRIOR_SD_LOG`, taken on the scale of log(sd_log**2) so
+    that its mode is that spread, brings such a group back to it; a group whose pages' histories
+    do tell the spread moves it by *pages* in (pages + group size).
+
+    >>> log_spread_prior(SPREAD_PRIOR_SD_LOG) > log_spread_prior(3.0)
+    True
+    """
+    variance = sd_log * sd_log
+    return -0.5 * pages * (math.log(variance) + SPREAD_PRIOR_SD_LOG**2 / variance)
+
+
 def fit_prior(
     stats: Iterable[ChangeStats],
     start: RatePrior | None = None,
     iterations: int = 50,
+    spread_pages: float = SPREAD_PRIOR_PAGES,
 ) -> RatePrior:
-    """Log-normal prior of a group of pages, fitted by marginal likelihood.
+    """Log-normal prior of a group of pages, fitted by marginal likelihood with a weak prior on its spread.
 
-    Maximises :func:`log_marginal_likelihood` over (mean_log, sd_log) by EM on
-    the rate grid: the E-step takes each page's posterior, the M-step sets
-    mean_log to the mean of the posterior means of log(rate) and sd_log**2 to
-    the mean of posterior variance plus squared deviation (sd_log >= 0.05).
-    Unlike averaging per-page estimates, this accounts for how little a short
-    or saturated history says.  Only the fixed grid is used, so a likelihood
-    narrower than its step enters coarsely; that matters little for the spread
-    of a group.  Each page enters only where its likelihood is within e**-40
-    of its peak, and EM stops once both parameters move by less than 1e-4 (a
-    prior needs no more).  Pages without observations are ignored; with none
-    left, *start* (or the default prior) is returned.
+    Maximises :func:`log_marginal_likelihood` plus :func:`log_spread_prior` (worth
+    *spread_pages* pages; 0 for the marginal likelihood alone) over (mean_log, sd_log) by EM on
+    the rate grid: the E-step takes each page's posterior, the M-step sets mean_log to the mean
+    of the posterior means of log(rate) and sd_log**2 to (n S + spread_pages
+    SPREAD_PRIOR_SD_LOG**2) / (n + spread_pages), where S is the mean over the n pages of
+    posterior variance plus squared deviation (sd_log >= 0.05). Unlike averaging per-page
+    estimates, this accounts for how little a short or saturated history says; the prior on
+    the spread keeps a group whose pages were each compared once from a spread that only its
+    starting point set (trial 25: sd_log 3.3, so one unchanged four-day interval put a job
+    page at 0.024 changes a day). Only the fixed grid is used, so a likelihood narrower than
+    its step enters coarsely; that matters little for the spread of a group. Each page enters
+    only where its likelihood is within e**-40 of its peak, and EM stops once both parameters
+    move by less than 1e-4 (a prior needs no more). Pages without observations are ignored;
+    with none left, *start* (or the default prior) is returned.
 
     >>> fit_prior([]) == RatePrior()
     True
@@ -620,6 +654,8 @@ def fit_prior(
     prior = RatePrior() if start is None else start
     if iterations < 1:
         raise ValueError("iterations must be at least 1")
+    if not 0.0 <= spread_pages < math.inf:
+        raise ValueError("spread_pages must be non-negative and finite")
     # Each page's likelihood only where it is within e**-40 of its peak: the
     # E-step then costs the width of the likelihood, not of the whole grid.
     supports: list[tuple[int, list[float], list[float]]] = []
@@ -632,6 +668,8 @@ def fit_prior(
             supports.append((lo, ll[lo:hi], [math.exp(v - top) for v in ll[lo:hi]]))
     if not supports:
         return prior
+    pages = len(supports)
+    default_spread = spread_pages * SPREAD_PRIOR_SD_LOG**2
     mean_log, sd_log = prior.mean_log, prior.sd_log
     for _ in range(iterations):
         log_prior = _log_prior_column(mean_log, sd_log)
@@ -648,8 +686,9 @@ def fit_prior(
                 total = sum(post)
             first += sum(map(mul, post, _LOG_GRID[lo:hi])) / total
             second += sum(map(mul, post, _LOG_GRID_SQ[lo:hi])) / total
-        new_mean = first / len(supports)
-        new_sd = max(math.sqrt(max(second / len(supports) - new_mean**2, 0.0)), _MIN_SD_LOG)
+        new_mean = first / pages
+        spread = max(second - pages * new_mean**2, 0.0)
+        new_sd = max(math.sqrt((spread + default_spread) / (pages + spread_pages)), _MIN_SD_LOG)
         done = abs(new_mean - mean_log) <= _EM_TOLERANCE and abs(new_sd - sd_log) <= _EM_TOLERANCE
         mean_log, sd_log = new_mean, new_sd
         if done:

@@ -5,9 +5,10 @@ whether the page changed (or, where a trusted Last-Modified dates the change,
 the time since it), with older history faded by half every *half_life*;
 its rate is then the posterior under its group's prior
 (:func:`~.estimators.estimate_rate`).  At the end of a run each group's prior is
-refitted by marginal likelihood (:func:`~.estimators.fit_prior`) on a sample of
-at most :data:`PRIOR_SAMPLE` pages with history, when there are at least
-:data:`PRIOR_MIN_PAGES` of them, and the sampled pages are re-estimated.
+refitted by marginal likelihood with a weak prior on its spread
+(:func:`~.estimators.fit_prior`) on a sample of at most :data:`PRIOR_SAMPLE` pages
+with history, when there are at least :data:`PRIOR_MIN_PAGES` of them, and the
+sampled pages are re-estimated.
 """
 
 from __future__ import annotations
