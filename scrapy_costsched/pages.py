@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
     from scrapy import Request, Spider
 
+#: The page type of a page whose kind its spider has not shown: neither ``costsched_page_type`` in its request's meta
+#: nor one class of item from its visits (a new URL, or a page that yields no items, as lists and hubs).
+UNTYPED = "default"
 #: Characters of a stored request body shown where a form's pages, which share a URL, are told apart.
 BODY_SHOWN = 120
 #: Request.meta keys Scrapy or this add-on set per attempt; never part of a template.

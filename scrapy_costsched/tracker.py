@@ -48,6 +48,7 @@ from scrapy_costsched.model.validators import validator_stayed, verify_every
 from scrapy_costsched.pagebook import PageBook
 from scrapy_costsched.pages import (
     MAX_TRACKED_OUTLINKS,
+    UNTYPED,
     MeanBytes,
     PageState,
     Summary,
@@ -759,7 +760,7 @@ class Tracker:
             template["meta"].pop("costsched_cost", None)  # an invalid override is warned about, never stored
         if page is None:
             host = urlparse(request.url).hostname or ""
-            page = PageState(url=request.url, host=host, page_type=meta_type or "default",
+            page = PageState(url=request.url, host=host, page_type=meta_type or UNTYPED,
                              value=raw_value if raw_value is not None else self.config.default_value,
                              first_seen=self.now(), template=template)
             if raw_value is not None:
@@ -912,7 +913,7 @@ class Tracker:
         return self.learner.prior_rate(group)
 
     def rate_of(self, page: PageState) -> float:
-        """*page*'s change rate a day as planning assumes it: its estimate, else its group prior's median."""
+        """*page*'s change rate a day as planning assumes it: its estimate, else :meth:`prior_rate`."""
         return page.estimate.rate if page.estimate is not None else self.prior_rate(page.group)
 
     def candidates(self, now: float, keys: Iterable[str] | None = None) -> list[Candidate]:
@@ -1131,10 +1132,11 @@ class Tracker:
     def _new_pages(self, group: str) -> Discovery:
         """What a new page a hub of *group* reveals is worth and costs, as a hub's :class:`Discovery` without
         its own link stats (:meth:`_hub` adds them): its kind is not known before the spider parses it, so it is
-        planned at the prior rate of its host's untyped pages (``default``), as a new URL is ranked."""
+        planned at the prior rate of an untyped page of its host (:meth:`.Learner.prior_rate`), as a new URL is
+        ranked."""
         host = group.partition("|")[0]
         return Discovery(0.0, self.resolve_value(self.config.default_value), self._new_page_cost(host),
-                         self.prior_rate(group_of(host, "default")))
+                         self.prior_rate(group_of(host, UNTYPED)))
 
     def _hub_terms(self, group: str, objective: str) -> HubTerms:
         """What a new page a hub of *group* reveals is worth, as :meth:`_hub` and the ranking price it."""
@@ -1734,7 +1736,7 @@ class Tracker:
         page.last_attempt = visit.time
         for raw in visit.values:
             self._take_value(key, page, raw)
-        if page.page_type == "default" and len(visit.item_types) == 1 and "dict" not in visit.item_types:
+        if page.page_type == UNTYPED and len(visit.item_types) == 1 and "dict" not in visit.item_types:
             page.page_type = next(iter(visit.item_types))
         page.refusals = page.refusals + 1 if visit.refused else 0
         if visit.failed:

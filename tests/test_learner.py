@@ -110,6 +110,32 @@ def test_a_group_without_a_prior_of_its_own_takes_its_host_s(tmp_path: Path) -> 
     store.close()
 
 
+def test_a_page_of_no_known_kind_is_planned_at_its_host_s_prior_not_at_its_list_pages_one(tmp_path: Path) -> None:
+    """Found in a trial: once 20 of a jobs board's list pages (untyped: they yield no items) had histories, each
+    changed at every visit, the untyped group had a prior of its own at dozens of changes a day; the new job pages
+    a list reveals (untyped until parsed) were priced at it, worth almost nothing, and discovery stopped."""
+    store = SqliteDictStorage(tmp_path / "state.sqlite")
+    store.open()
+    rng = random.Random(7)
+    groups = [(key, "shop.example|product") for key in _put_group(store, "product", 60, 0.2, rng)]
+    groups += [(key, "shop.example|default") for key in _put_group(store, "default", 25, 50.0, rng)]
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    learner.observed_groups.update(("shop.example|product", "shop.example|default"))
+    assert learner.refit_priors(seed=1, groups=groups) == 2
+    lists = learner.prior_of("shop.example|default")
+    assert lists.median > 5.0  # the lists' own prior: they changed at every daily visit
+    host = learner.host_priors["shop.example"]
+    assert host.median < 1.0
+    assert learner.prior_rate("shop.example|default") == host.median  # a new URL: its host's prior
+    assert learner.prior_rate("shop.example|product") == learner.prior_of("shop.example|product").median
+    assert learner.prior_rate("other.example|default") == RatePrior().median
+    # A list page seen twice is estimated under its group's prior, as before.
+    list_page = PageState.from_json(dict(store.get_pages([groups[-1][0]]))[groups[-1][0]])
+    assert list_page.estimate is not None
+    assert list_page.estimate.rate > 5.0
+    store.close()
+
+
 def test_a_group_without_a_prior_of_its_own_is_estimated_again_when_its_host_s_prior_moves(tmp_path: Path) -> None:
     """Found in a trial: eight company pages kept the estimates their host's prior gave them while the host's job
     pages seemed to change at every visit (3.2 changes a day, the 90% interval above 2.2), though none had changed

@@ -291,7 +291,8 @@ def render(page: dict[str, Any]) -> str:
     if rate["source"] == "estimate":
         rate_text = f"{rate['rate']:.4g} changes a day (90% interval {rate['low']:.4g} to {rate['high']:.4g})"
     else:
-        rate_text = f"{rate['rate']:.4g} changes a day (no estimate yet: its group's prior median)"
+        rate_text = (f"{rate['rate']:.4g} changes a day (no estimate yet: its group's prior median, or its host's "
+                     "for an untyped page)")
     cost = page["cost"]
     unlinked = page["unlinked_since"]
     if page["index"] is None and unlinked is not None and page["unlinked_periods"]:
