@@ -89,16 +89,24 @@ def _put_group(store: SqliteDictStorage, page_type: str, pages: int, rate: float
     return keys
 
 
+def _observed_groups(store: SqliteDictStorage, seed: int,
+                     *kinds: tuple[str, int, float]) -> tuple[Learner, list[tuple[str, str]]]:
+    """Each of *kinds* (page type, pages, rate) put on shop.example by :func:`_put_group`, and a learner that saw
+    them all this run; with every page's key and group."""
+    rng = random.Random(seed)
+    groups = [(key, f"shop.example|{page_type}") for page_type, pages, rate in kinds
+              for key in _put_group(store, page_type, pages, rate, rng)]
+    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
+    learner.observed_groups.update(group for _, group in groups)
+    return learner, groups
+
+
 def test_a_group_without_a_prior_of_its_own_takes_its_host_s(tmp_path: Path) -> None:
     """Found in a trial: the sitemaps of a shop whose products change about daily were priced with the default
     prior (one change in ten days), and the new pages they might reveal at ten days of freshness each."""
     store = SqliteDictStorage(tmp_path / "state.sqlite")
     store.open()
-    rng = random.Random(5)
-    groups = [(key, "shop.example|product") for key in _put_group(store, "product", 40, 1.0, rng)]
-    groups += [(key, "shop.example|sitemap") for key in _put_group(store, "sitemap", 3, 0.01, rng)]
-    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
-    learner.observed_groups.update(("shop.example|product", "shop.example|sitemap"))
+    learner, groups = _observed_groups(store, 5, ("product", 40, 1.0), ("sitemap", 3, 0.01))
     assert learner.refit_priors(seed=1, groups=groups) == 1  # the sitemaps are too few for a prior of their own
     store.commit()
     restored = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
@@ -116,11 +124,7 @@ def test_a_page_of_no_known_kind_is_planned_at_its_host_s_prior_not_at_its_list_
     a list reveals (untyped until parsed) were priced at it, worth almost nothing, and discovery stopped."""
     store = SqliteDictStorage(tmp_path / "state.sqlite")
     store.open()
-    rng = random.Random(7)
-    groups = [(key, "shop.example|product") for key in _put_group(store, "product", 60, 0.2, rng)]
-    groups += [(key, "shop.example|default") for key in _put_group(store, "default", 25, 50.0, rng)]
-    learner = Learner(store, None, None, 30 * 86400.0, "config")  # type: ignore[arg-type]
-    learner.observed_groups.update(("shop.example|product", "shop.example|default"))
+    learner, groups = _observed_groups(store, 7, ("product", 60, 0.2), ("default", 25, 50.0))
     assert learner.refit_priors(seed=1, groups=groups) == 2
     lists = learner.prior_of("shop.example|default")
     assert lists.median > 5.0  # the lists' own prior: they changed at every daily visit
