@@ -97,7 +97,7 @@ class Learner:
         whose visits yield no items (lists, hubs), and their prior says nothing of a new URL, which is as likely
         as any page of the site to be one of its items' pages. Found in a trial: once 20 of a jobs board's list
         pages, each changed at every visit, had histories, the untyped group had a prior of its own (median 29
-        and 56 changes a day in two runs); the new job pages a list reveals, priced at it, were each worth a
+        to 56 changes a day in three runs); the new job pages a list reveals, priced at it, were each worth a
         thirtieth of a day's freshness or less, and from that day on the plans spent the budget on refreshes
         and found 6 of the 20 new jobs a day. The host's prior weighs each kind by its number of pages.
         """

@@ -4,6 +4,7 @@ and keeps its known articles as fresh as they were (issue 8, failure 2)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -209,3 +210,39 @@ def test_articles_no_section_lists_any_more_are_left_out_after_the_unlinked_peri
                                 "-s", "COSTSCHED_UNLINKED_PERIODS=2").stdout
         assert re.search(r"^next index +none: unlinked for 2 budget periods or more", shown, re.MULTILINE), shown
         assert re.search(r"; unlinked since \S+ \(\d\.\d days ago\): a page that linked to it no longer does", shown), shown
+
+
+def test_new_pages_of_no_known_kind_are_priced_at_their_host_s_prior_not_at_untyped_lists_one(tmp_path: Path) -> None:
+    """Trial 26: a spider that tags no request, whose list pages (untyped: they yield no items) change at every
+    visit. Once they had histories the untyped group had a prior of its own, at several changes a day, and the new
+    pages a list reveals, untyped until parsed, were priced at it: worth almost nothing, so the plans spent the budget
+    on refreshes and discovery stopped. A page never fetched and not typed is priced at its host's prior."""
+    sections, shadow_days, budget = 24, 4, 60
+    with NewsSite(tmp_path / "clock", sections=sections, per_page=4, section_rates=[8.0] * sections,
+                  horizon_days=shadow_days + 4, private_sections=()) as site:
+        fetched: set[int] = set()
+        found = 0
+        for day in range(shadow_days + 2):  # every section visited daily in shadow mode, then two budgeted days
+            site.set_day(day)
+            listed = {a.id for s in range(sections) for a in site.listing_at(s, site.now())}
+            result = run_news(site, tmp_path / "crawl", budget=budget if day >= shadow_days else None,
+                              spider_args={"typed": "0"}, tag=f"day{day}")
+            assert result.returncode == 0, result.log[-3000:]
+            got = {int(item["id"]) for item in result.items}
+            if day >= shadow_days:
+                found += len((listed - fetched) & got)
+            fetched |= got
+        state_path = tmp_path / "crawl" / "state.sqlite"
+        state = read_state(state_path)
+        untyped = math.exp(state["meta"]["priors"]["127.0.0.1|default"][0])
+        host = math.exp(state["meta"]["host_priors"]["127.0.0.1"][0])
+        print(f"untyped prior median {untyped:.3g} a day, host's {host:.3g}; {found} new articles fetched")
+        assert untyped > 3 * host  # the lists' own prior, fitted on pages that changed at every visit
+        # The lists reveal about 95 articles a day; the discovery reserve alone pays for about five.
+        assert found >= 30
+        backlog = [page["url"] for page in state["pages"].values()
+                   if "/article/" in page["url"] and page["last_visit"] is None and not page["gone"]]
+        assert backlog
+        shown = json.loads(costsched_state(site, "show", backlog[0], "--state", str(state_path), "--json").stdout)
+    assert shown["page_type"] == "default"
+    assert shown["rate_per_day"]["rate"] == pytest.approx(host)

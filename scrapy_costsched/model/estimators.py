@@ -615,8 +615,8 @@ def log_spread_prior(sd_log: float, pages: float = SPREAD_PRIOR_PAGES) -> float:
     there, and maximising it leaves the spread wherever it started (Gelman 2006 on variance
     parameters with little information). A scaled inverse-chi-squared on sd_log**2 with *pages*
     degrees of freedom at :data:`SPREAD_PRIOR_SD_LOG`, taken on the scale of log(sd_log**2) so
-    that its mode is that spread, brings such a group back to it; a group whose pages' histories
-    do tell the spread moves it by *pages* in (pages + group size).
+    that its mode is that spread, brings such a group back to it; where a group's n pages'
+    histories do tell the spread, it moves sd_log**2 a share pages / (pages + n) of the way.
 
     >>> log_spread_prior(SPREAD_PRIOR_SD_LOG) > log_spread_prior(3.0)
     True
@@ -636,7 +636,7 @@ def fit_prior(
     Maximises :func:`log_marginal_likelihood` plus :func:`log_spread_prior` (worth
     *spread_pages* pages; 0 for the marginal likelihood alone) over (mean_log, sd_log) by EM on
     the rate grid: the E-step takes each page's posterior, the M-step sets mean_log to the mean
-    of the posterior means of log(rate) and sd_log**2 to (n S + spread_pages
+    of the posterior means of log(rate) and sd_log**2 to (n*S + spread_pages *
     SPREAD_PRIOR_SD_LOG**2) / (n + spread_pages), where S is the mean over the n pages of
     posterior variance plus squared deviation (sd_log >= 0.05). Unlike averaging per-page
     estimates, this accounts for how little a short or saturated history says; the prior on

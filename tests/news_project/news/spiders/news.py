@@ -13,6 +13,8 @@ Arguments (``-a name=value``):
 * ``offsite=1``: also follow the front page's link to another host (``allowed_domains`` keeps it out).
 * ``articles=/article/3,/article/9``: article paths to start from too, as a user adds URLs to ``start_urls``.
 * ``headlines=1``: section pages also yield a :class:`Headline` item per listed article (pages of many items).
+* ``typed=0``: requests carry no ``costsched_page_type``, as in a spider that never tags them: articles are typed by
+  their items' class, and the front page and sections, which yield none, stay untyped.
 * ``section=2``: crawl that section only, from its page rather than the front page (read with ``getattr``, as in
   Scrapy's tutorial: one job of several over parts of the site).
 """
@@ -63,7 +65,7 @@ class NewsSpider(scrapy.Spider):
     allowed_domains = ["127.0.0.1"]
 
     def __init__(self, site: str = "", callbacks: str = "methods", chain: str = "0", offsite: str = "0",
-                 articles: str = "", headlines: str = "0", **kwargs: Any) -> None:
+                 articles: str = "", headlines: str = "0", typed: str = "1", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not site:
             raise ValueError("the news spider needs -a site=URL")
@@ -75,7 +77,12 @@ class NewsSpider(scrapy.Spider):
         self.chain = _flag(chain)
         self.offsite = _flag(offsite)
         self.headlines = _flag(headlines)
+        self.typed = _flag(typed)
         self.articles = [site.rstrip("/") + path for path in articles.split(",") if path]
+
+    def _kind(self, page_type: str) -> dict[str, str]:
+        """A request's meta naming its page type, unless the spider runs with ``typed=0``."""
+        return {"costsched_page_type": page_type} if self.typed else {}
 
     async def start(self) -> AsyncIterator[Any]:
         section = getattr(self, "section", None)
@@ -84,20 +91,20 @@ class NewsSpider(scrapy.Spider):
                 yield request
         else:
             yield scrapy.Request(f"{self.site}/section/{section}", callback=self.parse_section,
-                                 meta={"costsched_page_type": "section"})
+                                 meta=self._kind("section"))
         for url in self.articles:
-            yield scrapy.Request(url, callback=self.parse_article, meta={"costsched_page_type": "article"})
+            yield scrapy.Request(url, callback=self.parse_article, meta=self._kind("article"))
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
         """The front page: one request per section."""
         callback = (lambda r: self.parse_section(r)) if self.lambdas else self.parse_section
         for href in response.css("a.section::attr(href)").getall():
-            yield response.follow(href, callback=callback, meta={"costsched_page_type": "section"})
+            yield response.follow(href, callback=callback, meta=self._kind("section"))
         for href in response.css("a.featured::attr(href)").getall():  # redirects
-            yield response.follow(href, callback=self.parse_article, meta={"costsched_page_type": "article"})
+            yield response.follow(href, callback=self.parse_article, meta=self._kind("article"))
         if self.offsite:
             for href in response.css("a.offsite::attr(href)").getall():
-                yield response.follow(href, callback=self.parse_article, meta={"costsched_page_type": "article"})
+                yield response.follow(href, callback=self.parse_article, meta=self._kind("article"))
 
     def parse_section(self, response: Response) -> Iterator[Headline | scrapy.Request]:
         """A section page: one request per listed article (and per staff-only link), and with ``headlines`` an item
@@ -108,7 +115,7 @@ class NewsSpider(scrapy.Spider):
                 yield Headline(section=response.url, title=link.css("::text").get("").strip(),
                                url=response.urljoin(link.attrib["href"]))
         for href in response.css("a.article::attr(href), a.private::attr(href)").getall():
-            yield response.follow(href, callback=callback, meta={"costsched_page_type": "article"})
+            yield response.follow(href, callback=callback, meta=self._kind("article"))
 
     def parse_article(self, response: Response) -> Iterator[Article | scrapy.Request]:
         article = article_from(response)
