@@ -387,8 +387,8 @@ def test_fit_prior_maximises_the_marginal_likelihood_with_its_spread_prior(popul
 
 
 def test_the_spread_prior_weighs_as_many_pages_as_it_says(population) -> None:
-    """Thirty pages of thirty visits: the spread moves a third of the way to SPREAD_PRIOR_SD_LOG, four hundred
-    barely."""
+    """Thirty pages of thirty visits: sd_log**2 moves a quarter of the way (10 in 40) to SPREAD_PRIOR_SD_LOG**2,
+    four hundred barely (10 in 410)."""
     _, pages = population
     for size, share in [(30, 10 / 40), (400, 10 / 410)]:
         free = fit_prior(pages[:size], spread_pages=0.0, iterations=500)
