@@ -37,6 +37,7 @@ from scrapy_costsched.headers import InvalidHeader, parse_etag, parse_http_date,
 from scrapy_costsched.health import Health
 from scrapy_costsched.hosts import HostBook
 from scrapy_costsched.invocation import debug_command
+from scrapy_costsched.kinds import KindCounts, callback_of, request_callback
 from scrapy_costsched.learner import DAY, Learner
 from scrapy_costsched.ledger import Basis, Carried, Ledger, amount, number, per_change
 from scrapy_costsched.loop import Ticker, in_thread, running_loop
@@ -415,6 +416,8 @@ class Tracker:
         self.hosts = HostBook(store, self.stats)
         self.health = Health(self.crawler, self.config, self.billing, self.hosts, self.now)
         self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
+        self.kinds = KindCounts.from_state(store.get_meta("callback_kinds"))
+        self.revealed_kinds = KindCounts.from_state(store.get_meta("revealed_kinds"))
         period = int(self.now() // self.config.budget_period)
         budget = self.config.budget.amount if self.config.budget is not None else None
         self._ledger = Ledger(store, Basis(period, self.config.budget_period, self.billing.unit, budget),
@@ -627,6 +630,10 @@ class Tracker:
         self.accounts.save()
         if self.volatile.unsaved:  # a sample of a few hundred pages, rewritten only when it changed
             self.store.set_meta("volatile_fields", self.volatile.to_state())
+        if self.kinds.unsaved:
+            self.store.set_meta("callback_kinds", self.kinds.to_state())
+        if self.revealed_kinds.unsaved:
+            self.store.set_meta("revealed_kinds", self.revealed_kinds.to_state())
 
     def commit(self) -> None:
         """A safe point: everything observed so far survives a crash from here on."""
@@ -760,7 +767,7 @@ class Tracker:
             template["meta"].pop("costsched_cost", None)  # an invalid override is warned about, never stored
         if page is None:
             host = urlparse(request.url).hostname or ""
-            page = PageState(url=request.url, host=host, page_type=meta_type or UNTYPED,
+            page = PageState(url=request.url, host=host, page_type=meta_type or self._kind_of_new(template),
                              value=raw_value if raw_value is not None else self.config.default_value,
                              first_seen=self.now(), template=template)
             if raw_value is not None:
@@ -775,6 +782,40 @@ class Tracker:
         if changed:
             self.pages.changed(key, page)
         return page, new
+
+    def _kind_of_new(self, template: dict[str, Any] | None) -> str:
+        """The type a new page the spider tags none for starts with: its callback's pages' kind, once they show one
+        (:mod:`.kinds`), so it is planned at that kind's prior before its first visit; else untyped."""
+        if template is None:
+            return UNTYPED
+        kind = self.kinds.kind_of(callback_of(template.get("callback"), template["meta"]))
+        if kind is None:
+            return UNTYPED
+        self.stats.inc_value("costsched/pages/typed_by_callback")
+        return kind
+
+    def _type_from_items(self, page: PageState, visit: Visit) -> None:
+        """Type *page* by the items *visit* yielded when they are of one class (pipelines often pass dicts on, so
+        ``dict`` names none): an untyped page at any visit, and at its first visit a page its callback typed (a
+        guess, :meth:`_kind_of_new`), which yielding no items leaves untyped. A page tagged with
+        ``costsched_page_type`` keeps its tag."""
+        types = visit.item_types
+        shown = next(iter(types)) if len(types) == 1 and "dict" not in types else None
+        guessed = (page.visits == 0 and page.page_type != UNTYPED and page.template is not None
+                   and "costsched_page_type" not in page.template["meta"])
+        if shown is not None and page.page_type == UNTYPED:
+            page.page_type = shown
+        elif guessed and not visit.failed and page.page_type != (shown or UNTYPED):
+            page.page_type = shown or UNTYPED
+            self.stats.inc_value("costsched/pages/retyped")
+
+    def _count_kinds(self, page: PageState, visit: Visit) -> None:
+        """Count *page*'s kind for its callback, and the kinds of the new pages *visit* linked to for its group
+        (:mod:`.kinds`)."""
+        if page.template is not None:
+            self.kinds.observe(callback_of(page.template.get("callback"), page.template["meta"]), page.page_type)
+        for kind, count in visit.new_link_kinds.items():
+            self.revealed_kinds.observe(page.group, kind, count)
 
     def sighting_changes_nothing(self, request: Request, key: str) -> bool:
         """Whether *request* is of a known page whose :meth:`sighting` would leave it as planning sees it.
@@ -1131,12 +1172,17 @@ class Tracker:
 
     def _new_pages(self, group: str) -> Discovery:
         """What a new page a hub of *group* reveals is worth and costs, as a hub's :class:`Discovery` without
-        its own link stats (:meth:`_hub` adds them): its kind is not known before the spider parses it, so it is
-        planned at the prior rate of an untyped page of its host (:meth:`.Learner.prior_rate`), as a new URL is
-        ranked."""
+        its own link stats (:meth:`_hub` adds them): planned at the prior rate of :meth:`revealed_kind`
+        (:meth:`.Learner.prior_rate`), as a new URL is ranked."""
         host = group.partition("|")[0]
         return Discovery(0.0, self.resolve_value(self.config.default_value), self._new_page_cost(host),
-                         self.prior_rate(group_of(host, UNTYPED)))
+                         self.prior_rate(group_of(host, self.revealed_kind(group))))
+
+    def revealed_kind(self, group: str) -> str:
+        """The kind the new pages a hub of *group* reveals are priced as: the one the new links its pages yielded
+        were, declared or shown by their callbacks (:mod:`.kinds`), or untyped (its host's prior) where they showed
+        none."""
+        return self.revealed_kinds.kind_of(group) or UNTYPED
 
     def _hub_terms(self, group: str, objective: str) -> HubTerms:
         """What a new page a hub of *group* reveals is worth, as :meth:`_hub` and the ranking price it."""
@@ -1589,6 +1635,8 @@ class Tracker:
         if not self.pages.known(key):
             visit.new_links += 1
             visit.new_link_types.add(page_type)
+            callback = request_callback(request, self.spider) if page_type is None else None
+            visit.new_link_kinds[page_type or (self.kinds.kind_of(callback) if callback else None) or UNTYPED] += 1
 
     def add_subrequest(self, visit: Visit, request: Request) -> None:
         """A request the callback chained for the same page: marked, and the record waits for its output."""
@@ -1736,8 +1784,9 @@ class Tracker:
         page.last_attempt = visit.time
         for raw in visit.values:
             self._take_value(key, page, raw)
-        if page.page_type == UNTYPED and len(visit.item_types) == 1 and "dict" not in visit.item_types:
-            page.page_type = next(iter(visit.item_types))
+        self._type_from_items(page, visit)
+        if not visit.failed:
+            self._count_kinds(page, visit)
         page.refusals = page.refusals + 1 if visit.refused else 0
         if visit.failed:
             self._failed(page, visit.time, too_large=key in self._too_large)

@@ -80,6 +80,8 @@ class Visit:
     """Outlinks by the page type their request declares (``costsched_page_type``; ``None`` where none)."""
     new_link_types: set[str | None] = field(default_factory=set)
     """The declared page types of the new outlinks."""
+    new_link_kinds: Counter[str] = field(default_factory=Counter)
+    """The new outlinks by kind: declared, or their callback's (:mod:`.kinds`), else untyped."""
     values: list[str | float] = field(default_factory=list)
     item_types: set[str] = field(default_factory=set)
     item_fields: list[dict[str, str]] = field(default_factory=list)

@@ -212,16 +212,18 @@ def test_articles_no_section_lists_any_more_are_left_out_after_the_unlinked_peri
         assert re.search(r"; unlinked since \S+ \(\d\.\d days ago\): a page that linked to it no longer does", shown), shown
 
 
-def test_new_pages_of_no_known_kind_are_priced_at_their_host_s_prior_not_at_untyped_lists_one(tmp_path: Path) -> None:
+def test_new_pages_are_priced_at_their_callback_s_kind_never_at_untyped_lists_prior(tmp_path: Path) -> None:
     """Trial 26: a spider that tags no request, whose list pages (untyped: they yield no items) change at every
     visit. Once they had histories the untyped group had a prior of its own, at several changes a day, and the new
     pages a list reveals, untyped until parsed, were priced at it: worth almost nothing, so the plans spent the budget
-    on refreshes and discovery stopped. A page never fetched and not typed is priced at its host's prior."""
+    on refreshes and discovery stopped. A new page is typed as its callback's pages turned out to be (every page
+    ``parse_article`` parsed yielded an ``Article``) and priced at that kind's prior; one whose callback names no
+    kind, at its host's prior."""
     sections, shadow_days, budget = 24, 4, 60
     with NewsSite(tmp_path / "clock", sections=sections, per_page=4, section_rates=[8.0] * sections,
                   horizon_days=shadow_days + 4, private_sections=()) as site:
         fetched: set[int] = set()
-        found = 0
+        found = typed = 0
         for day in range(shadow_days + 2):  # every section visited daily in shadow mode, then two budgeted days
             site.set_day(day)
             listed = {a.id for s in range(sections) for a in site.listing_at(s, site.now())}
@@ -231,18 +233,31 @@ def test_new_pages_of_no_known_kind_are_priced_at_their_host_s_prior_not_at_unty
             got = {int(item["id"]) for item in result.items}
             if day >= shadow_days:
                 found += len((listed - fetched) & got)
+                typed += result.stats.get("costsched/pages/typed_by_callback", 0)
             fetched |= got
         state_path = tmp_path / "crawl" / "state.sqlite"
         state = read_state(state_path)
-        untyped = math.exp(state["meta"]["priors"]["127.0.0.1|default"][0])
+        priors = state["meta"]["priors"]
+        untyped, article = (math.exp(priors[f"127.0.0.1|{kind}"][0]) for kind in ("default", "Article"))
         host = math.exp(state["meta"]["host_priors"]["127.0.0.1"][0])
-        print(f"untyped prior median {untyped:.3g} a day, host's {host:.3g}; {found} new articles fetched")
+        print(f"untyped prior median {untyped:.3g} a day, articles' {article:.3g}, host's {host:.3g}; "
+              f"{found} new articles fetched, {typed} new pages typed by their callback")
         assert untyped > 3 * host  # the lists' own prior, fitted on pages that changed at every visit
+        kinds = state["meta"]["callback_kinds"]
+        assert set(kinds["parse_article"]) == {"Article"}
+        assert set(kinds["parse_section"]) == {"default"}  # lists: no kind, their new URLs are articles
         # The lists reveal about 95 articles a day; the discovery reserve alone pays for about five.
         assert found >= 30
+        assert typed >= 40  # the new articles the lists named in the two budgeted days (70-79 in five runs)
         backlog = [page["url"] for page in state["pages"].values()
                    if "/article/" in page["url"] and page["last_visit"] is None and not page["gone"]]
         assert backlog
         shown = json.loads(costsched_state(site, "show", backlog[0], "--state", str(state_path), "--json").stdout)
-    assert shown["page_type"] == "default"
-    assert shown["rate_per_day"]["rate"] == pytest.approx(host)
+        section = json.loads(costsched_state(site, "show", f"{site.url}/section/0", "--state", str(state_path),
+                                             "--json").stdout)
+    assert shown["page_type"] == "Article"
+    assert shown["rate_per_day"]["rate"] == pytest.approx(article)
+    # A section's visit is planned with the new pages it reveals, each priced as the articles they were.
+    assert section["page_type"] == "default"
+    assert section["new_page_kind"] == "Article"
+    assert section["new_page_rate_per_day"] == pytest.approx(article)

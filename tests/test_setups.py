@@ -1070,3 +1070,16 @@ def test_a_jobdir_kept_from_day_to_day_lets_the_log_in_through_each_day(crawls: 
     assert (second.hits.get("/login"), second.hits.get("POST /login"), second.hits.get("/welcome")) == (1, 1, 1)
     assert "dupefilter/filtered" not in second.stats
     assert second.stats["costsched/session_steps"] == 3
+
+
+def test_the_plan_says_how_many_pages_found_were_never_fetched_and_how_many_of_them_it_reaches(crawls: Crawls) -> None:
+    """Found in a trial: discovery fell behind (the lists kept naming 20 new jobs a day, the plans reached 6) and
+    nothing said so. The plan's line and stats count the known pages never fetched and those it plans."""
+    paths = ",".join(f"/page/{n}" for n in range(1, 9))
+    first = crawls.run("COSTSCHED_BUDGET=3", paths=paths)
+    fetched = first.stats["costsched/baseline"]
+    later = crawls.run("COSTSCHED_BUDGET=4", paths=paths)
+    never, planned = later.stats["costsched/plan/never_fetched"], later.stats["costsched/plan/never_fetched_planned"]
+    assert never == 8 - fetched
+    assert 0 < planned < never
+    assert re.search(rf"planned \d+ of 8 known pages \(\d+ ranked; {planned} of the {never} never fetched\)", later.log)

@@ -109,6 +109,8 @@ def test_show_finds_a_page_by_its_stored_url(history: tuple[NewsSite, Path]) -> 
                                        f"REQUEST_FINGERPRINTER_CLASS={__name__}.PathFingerprinter").stdout)
     assert (shown["fingerprint"], shown["url"], shown["visits"]) == (key, record["url"], record["visits"])
     assert shown["new_pages_per_day"] > 0  # a section reveals new articles
+    assert shown["new_page_kind"] == "article"  # as the spider's requests for them declare
+    assert shown["new_page_rate_per_day"] > 0
 
 
 def test_show_lists_the_pages_stored_with_one_url_and_shows_each_by_fingerprint(

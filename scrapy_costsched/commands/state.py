@@ -23,7 +23,7 @@ from scrapy.exceptions import UsageError
 
 from scrapy_costsched.commands import StateCommand, Target, reading_tracker
 from scrapy_costsched.ledger import amount
-from scrapy_costsched.pages import request_line
+from scrapy_costsched.pages import group_of, request_line
 
 if TYPE_CHECKING:
     import argparse
@@ -206,6 +206,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
     template = page.template
     # A Retry-After pause is the server's real time (Health.pause_left), whatever the crawl's clock.
     pause, real_now = tracker.health.pause_left(page.host), time.time()
+    revealed = tracker.revealed_kind(page.group) if page.links is not None else None  # what a hub's new pages are
     return {
         "fingerprint": fingerprint,
         "url": page.url,
@@ -236,6 +237,8 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "p_changed": None if page.last_visit is None else p_changed(rate, max(now - page.last_visit, 0.0) / DAY),
         "new_pages_per_day": page.links.rate(tracker.learner.link_prior_of(page.group)) if page.links is not None
         else None,
+        "new_page_kind": revealed,
+        "new_page_rate_per_day": tracker.prior_rate(group_of(page.host, revealed)) if revealed is not None else None,
         "index": None if candidate is None else score(candidate, config.objective, cycle=cycle),
         "objective": config.objective,
         "cycle_days": cycle,
@@ -354,7 +357,9 @@ def render(page: dict[str, Any]) -> str:
          else f"{p_changed:.3f} since the last visit"),
     ]
     if page["new_pages_per_day"] is not None:
-        lines.append(("new pages", f"{page['new_pages_per_day']:.4g} a day (links to pages the crawl did not know)"))
+        lines.append(("new pages", (f"{page['new_pages_per_day']:.4g} a day (links to pages the crawl did not know), "
+                                    f"each priced as a page of type {page['new_page_kind']!r} at "
+                                    f"{page['new_page_rate_per_day']:.4g} changes a day")))
     lines += [
         ("next index", index_text),
         ("visit cost", cost_text),
