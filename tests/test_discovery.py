@@ -217,8 +217,8 @@ def test_new_pages_are_priced_at_their_callback_s_kind_never_at_untyped_lists_pr
     visit. Once they had histories the untyped group had a prior of its own, at several changes a day, and the new
     pages a list reveals, untyped until parsed, were priced at it: worth almost nothing, so the plans spent the budget
     on refreshes and discovery stopped. A new page is typed as its callback's pages turned out to be (every page
-    ``parse_article`` parsed yielded an ``Article``) and priced at that kind's prior; one whose callback names no
-    kind, at its host's prior."""
+    ``parse_article`` parsed yielded an ``Article``) and priced at that kind's prior, and so are the new pages a section
+    reveals (a page whose callback names no kind stays untyped, at its host's prior: ``tests/test_learner.py``)."""
     sections, shadow_days, budget = 24, 4, 60
     with NewsSite(tmp_path / "clock", sections=sections, per_page=4, section_rates=[8.0] * sections,
                   horizon_days=shadow_days + 4, private_sections=()) as site:

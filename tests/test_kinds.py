@@ -1,4 +1,5 @@
-"""What kind each callback's pages turn out to be: the counts, their rule and how runs carry them."""
+"""What kind a new page is likely to be: the counts by callback and by hub group, their rule, how runs carry them,
+and the tracker's use of them."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_a_malformed_state_counts_nothing(stored: object) -> None:
 
 def test_malformed_counts_are_left_out_and_the_rest_kept() -> None:
     kinds = KindCounts.from_state({"parse_job": {"Job": 6, "Ad": "x", "Bad": -1, "Flag": True},
-                                      "parse_list": {UNTYPED: 3}})
+                                   "parse_list": {UNTYPED: 3}})
     assert kinds.to_state() == {"parse_job": {"Job": 6}, "parse_list": {UNTYPED: 3}}
     assert kinds.kind_of("parse_job") == "Job"
 
@@ -97,6 +98,7 @@ def test_request_callback_names_the_spider_s_methods_only() -> None:
     assert request_callback(Request("https://shop.test/", callback=spider.parse), spider) == "parse"
     assert request_callback(Request("https://shop.test/"), spider) == "parse"
     assert request_callback(Request("https://shop.test/", callback=other.parse), spider) is None
+
     def function(response: Any) -> list[Any]:
         return []
 
