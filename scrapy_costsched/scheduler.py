@@ -379,11 +379,15 @@ class CostAwareScheduler(BaseScheduler):
         self.stats.set_value("costsched/plan/planned", self._plan_end)
         # Pages found but never fetched, and how many of them the plan reaches: where discovery stands (in a trial,
         # a plan that reached 6 of the new pages a day while the lists kept naming 20 was the only sign it had
-        # fallen behind).
+        # fallen behind). Those tried already are told apart: in another, most were links robots.txt forbids, refused
+        # once or twice, and the backlog they made looked like discovery falling behind.
         never_fetched = sum(self._ranking.never_fetched) + sum(c.elapsed == math.inf for c in self._ranking.rest)
         never_planned = sum(self._ranking.never_fetched[:self._plan_end])
+        tried = len(self.tracker.tried_unfetched)
         self.stats.set_value("costsched/plan/never_fetched", never_fetched)
         self.stats.set_value("costsched/plan/never_fetched_planned", never_planned)
+        if tried:
+            self.stats.set_value("costsched/plan/never_fetched_tried", tried)
         self.stats.set_value("costsched/budget/remaining_at_start", remaining)
         self.stats.set_value("costsched/plan_seconds", time.perf_counter() - started)
         unlinked = self.stats.get_value("costsched/plan/unlinked")
@@ -393,9 +397,10 @@ class CostAwareScheduler(BaseScheduler):
                         "back", self.tracker.who, unlinked, self.config.unlinked_periods)
         scouted = [page.url for page in map(self.tracker.page, (c.key for c in scouts)) if page is not None]
         unit = self.tracker.billing.unit
-        logger.info("%s: %s; planned %d of %d known pages (%d ranked%s)%s%s, %s kept for discovery%s",
+        logger.info("%s: %s; planned %d of %d known pages (%d ranked%s%s)%s%s, %s kept for discovery%s",
                     self.tracker.who, self.tracker.ledger.left(), self._plan_end, known, len(self._ranking),
                     f"; {never_planned} of the {never_fetched} never fetched" if never_fetched else "",
+                    f", {tried} of them refused before download or answered 404 so far" if tried else "",
                     f" and {amount(robots, unit)} for their hosts' robots.txt" if robots else "",
                     f", {amount(session, unit)} for session steps (as many as the last run's)" if session else "",
                     amount(self._discovery_allowance, unit, ".0f"),

@@ -267,6 +267,9 @@ class Tracker:
         self.yield_only: set[str] = set()
         #: Known pages the plan left out as found deeper than ``DEPTH_LIMIT`` (:meth:`candidates`).
         self.too_deep: set[str] = set()
+        #: Candidates never fetched whose attempts so far were refused before download (robots.txt, offsite rules) or
+        #: answered 404 (:meth:`candidates`): what the plan's line tells apart from the pages found and not tried yet.
+        self.tried_unfetched: set[str] = set()
         self.depth_limit = crawler.settings.getint("DEPTH_LIMIT") or math.inf
         self.scheduled = False  # whether CostAwareScheduler runs this crawl: without it no visit is tracked
         self._side_by_side = False  # whether another crawl of this process had its state open with this one's
@@ -1067,6 +1070,8 @@ class Tracker:
                     tiers[raw_value] = value
             if strikes:
                 value *= LIVE_AFTER_STRIKE ** strikes
+                if last_seen is None:
+                    self.tried_unfetched.add(key)
             elapsed = math.inf if last_seen is None else max(now - last_seen, 0.0) / DAY
             hub = None
             if links is not None:

@@ -142,6 +142,11 @@ def test_robots_disallowed_page_costs_nothing_and_waits(crawls: Crawls) -> None:
     for day in (3, 6):
         again = crawls.run("COSTSCHED_BUDGET=10", paths="/page/1,/private/2", day=day)
         assert again.stats["robotstxt/forbidden"] == 1
+        # The plan's line tells it from the pages found and not tried yet (a job board's trial: a backlog of links
+        # robots.txt forbids looked like discovery falling behind).
+        assert again.stats["costsched/plan/never_fetched_tried"] == 1
+        assert "(2 ranked; 1 of the 1 never fetched, 1 of them refused before download or answered 404 so far)" \
+            in again.log
     retired = crawls.page("/private/2")
     assert (retired["refusals"], retired["gone"]) == (3, True)
     report = crawls.report()
@@ -1083,3 +1088,4 @@ def test_the_plan_says_how_many_pages_found_were_never_fetched_and_how_many_of_t
     assert never == 8 - fetched
     assert 0 < planned < never
     assert re.search(rf"planned \d+ of 8 known pages \(\d+ ranked; {planned} of the {never} never fetched\)", later.log)
+    assert "costsched/plan/never_fetched_tried" not in later.stats  # none was tried: all are discovery's backlog
