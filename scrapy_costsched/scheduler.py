@@ -9,7 +9,7 @@ import logging
 import math
 import time
 from array import array
-from collections import deque
+from collections import Counter, deque
 from datetime import datetime, timezone
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_costsched.ledger import amount
 from scrapy_costsched.loop import in_thread
+from scrapy_costsched.model.health import OUTCOMES
 from scrapy_costsched.model.planning import leads_to_new_pages, make_plan
 from scrapy_costsched.model.scoring import Candidate, discovery_spend, rank, rank_head, score
 from scrapy_costsched.preselection import Unread
@@ -255,6 +256,7 @@ class CostAwareScheduler(BaseScheduler):
         self._new_urls: set[str] = set()
         # Planned pages held back for the budget (_overdrawn), offered once more when the run goes idle.
         self._held_back: list[str] = []
+        self._sunk: Counter[str] = Counter()  # host -> its planned visits that fell out of the plan (_sank)
         self._reoffered: set[str] = set()
         # Start URLs left out of the plan, by page: reported at the close unless a leftover round visited them.
         self._left_out_starts: dict[str, str] = {}
@@ -431,12 +433,28 @@ class CostAwareScheduler(BaseScheduler):
         if not self.config.enabled:
             return closed
         self._report_left_out_starts()
+        self._report_sunk()
         finished = self.tracker.close(reason)
         if finished is None:
             return closed
         if closed is not None:
             finished.addCallback(lambda _: closed)
         return finished
+
+    def _report_sunk(self) -> None:
+        """Say, for each host whose planned visits fell out of the plan in this run (:meth:`_sank`), how many and
+        why. Its failures are in Scrapy's log, but in a trial where a shop was down for two days nothing said where
+        its pages went (50 of them in one run, ``costsched/skipped/unhealthy`` the only trace)."""
+        today = self.tracker.now() / DAY
+        for host, count in sorted(self._sunk.items()):
+            failures = {outcome: n for outcome in OUTCOMES
+                        if (n := self.stats.get_value(f"costsched/hosts/{host}/failures/{outcome}"))}
+            logger.info("%s: %d planned %s of %s not sent: its attempts failed in this run%s and it answers "
+                        "%.0f%% of them now, so its visits cost more than the pages the budget went to instead; later "
+                        "runs plan its pages again as its health recovers", self.tracker.who, count,
+                        "visit" if count == 1 else "visits", host,
+                        f" ({', '.join(f'{n} {outcome}' for outcome, n in failures.items())})" if failures else "",
+                        100 * self.tracker.hosts.health_of(host).p_success(today))
 
     def __len__(self) -> int:
         """Requests in the wrapped scheduler, new URLs waiting for discovery budget (not the plan), requests
@@ -971,6 +989,7 @@ class CostAwareScheduler(BaseScheduler):
             return False
         self.tracker.ledger.release(request)
         self.stats.inc_value("costsched/skipped/unhealthy")
+        self._sunk[urlparse_cached(request).hostname or ""] += 1
         return True
 
     def _index_now(self, position: int) -> float:

@@ -10,6 +10,7 @@ tracker and to nothing else of each other.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
 import sqlite3
@@ -122,6 +123,9 @@ GONE_RECHECK_PERIODS = 30
 LIVE_AFTER_STRIKE = 0.5
 #: The wait after a failed visit doubles with each failure in a row, up to this many periods.
 MAX_BACKOFF_PERIODS = 32
+#: New links whose sighting is awaited, to count their values for the hubs that revealed them; one a filter dropped
+#: (offsite, a duplicate) is never sighted, so the pending ones are forgotten at this many.
+MAX_REVEALED_PENDING = 10_000
 
 
 #: What a permanent redirect made of a page (:meth:`Tracker.moved`).
@@ -264,6 +268,7 @@ class Tracker:
         self._empty_state: str | None = None  # the state's path, when open() found it an empty file
         self._broken_templates: set[str] = set()  # why stored templates failed to build a request in this run
         self._valued: set[str] = set()  # pages the spider gave a value in this run (costsched_value or its hook)
+        self._revealed_by: dict[str, str] = {}  # a new link's page -> the page whose visit yielded it
         self.yield_only: set[str] = set()
         #: Known pages the plan left out as found deeper than ``DEPTH_LIMIT`` (:meth:`candidates`).
         self.too_deep: set[str] = set()
@@ -421,6 +426,7 @@ class Tracker:
         self.learner = Learner(store, self.stats, self.hosts, self.config.history_half_life, self.hasher.config_id)
         self.kinds = KindCounts.from_state(store.get_meta("callback_kinds"))
         self.revealed_kinds = KindCounts.from_state(store.get_meta("revealed_kinds"))
+        self.revealed_values = KindCounts.from_state(store.get_meta("revealed_values"))
         period = int(self.now() // self.config.budget_period)
         budget = self.config.budget.amount if self.config.budget is not None else None
         self._ledger = Ledger(store, Basis(period, self.config.budget_period, self.billing.unit, budget),
@@ -637,6 +643,8 @@ class Tracker:
             self.store.set_meta("callback_kinds", self.kinds.to_state())
         if self.revealed_kinds.unsaved:
             self.store.set_meta("revealed_kinds", self.revealed_kinds.to_state())
+        if self.revealed_values.unsaved:
+            self.store.set_meta("revealed_values", self.revealed_values.to_state())
 
     def commit(self) -> None:
         """A safe point: everything observed so far survives a crash from here on."""
@@ -776,6 +784,7 @@ class Tracker:
             if raw_value is not None:
                 self._valued.add(key)
             self.pages.changed(key, page)
+            self._count_revealed_value(key, page)
             return page, True
         changed = self._take_value(key, page, raw_value)
         if template is not None and template != page.template:
@@ -819,6 +828,15 @@ class Tracker:
             self.kinds.observe(callback_of(page.template.get("callback"), page.template["meta"]), page.page_type)
         for kind, count in visit.new_link_kinds.items():
             self.revealed_kinds.observe(page.group, kind, count)
+
+    def _count_revealed_value(self, key: str, page: PageState) -> None:
+        """Count the value new page *page* was given for the group of the hub whose visit yielded it (:mod:`.kinds`),
+        as its sighting took it (``costsched_value`` or the spider's hook): by then the scheduler has its request, so
+        one a filter dropped is never counted."""
+        hub_key = self._revealed_by.pop(key, None)
+        hub = self.page(hub_key) if hub_key is not None else None
+        if hub is not None:
+            self.revealed_values.observe(hub.group, json.dumps(page.value))
 
     def sighting_changes_nothing(self, request: Request, key: str) -> bool:
         """Whether *request* is of a known page whose :meth:`sighting` would leave it as planning sees it.
@@ -1180,8 +1198,21 @@ class Tracker:
         its own link stats (:meth:`_hub` adds them): planned at the prior rate of :meth:`revealed_kind`
         (:meth:`.Learner.prior_rate`), as a new URL is ranked."""
         host = group.partition("|")[0]
-        return Discovery(0.0, self.resolve_value(self.config.default_value), self._new_page_cost(host),
+        return Discovery(0.0, self.revealed_value(group), self._new_page_cost(host),
                          self.prior_rate(group_of(host, self.revealed_kind(group))))
+
+    def revealed_value(self, group: str) -> float:
+        """The value the new pages a hub of *group* reveals are priced at: the mean of those the new links its pages
+        yielded were given (:mod:`.kinds`), else the default value."""
+        mean = self.revealed_values.mean(group, self._value_of_label)
+        return self.resolve_value(self.config.default_value) if mean is None else mean
+
+    def _value_of_label(self, label: str) -> float | None:
+        """The weight of a value as :meth:`_count_revealed_value` counted it (JSON); ``None`` for a tier no longer set."""
+        try:
+            return resolve_value(json.loads(label), self.config.value_tiers)
+        except ValueError:
+            return None
 
     def revealed_kind(self, group: str) -> str:
         """The kind the new pages a hub of *group* reveals are priced as: the one the new links its pages yielded
@@ -1639,6 +1670,9 @@ class Tracker:
         visit.outlinks_by_type[page_type] += 1
         if not self.pages.known(key):
             visit.new_links += 1
+            if len(self._revealed_by) >= MAX_REVEALED_PENDING:  # links filters dropped: never sighted
+                self._revealed_by.clear()
+            self._revealed_by[key] = visit.page_key
             visit.new_link_types.add(page_type)
             callback = request_callback(request, self.spider) if page_type is None else None
             visit.new_link_kinds[page_type or (self.kinds.kind_of(callback) if callback else None) or UNTYPED] += 1

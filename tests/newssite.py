@@ -113,7 +113,7 @@ class NewsSite:
       *section_rates* per day (default 2, and 6 in every fourth section) at random times, from
       *backlog_days* before day 0 on. Sections in *private_sections* also link to ``/private/<s>``.
     * ``/article/<id>``: title, ``updated`` time and body; updates follow a Poisson process at the
-      article's own rate (:data:`UPDATE_RATES`). 404 before it appears; ids in *flaky_gone* answer 404
+      article's own rate, drawn from *update_rates* ((share, lowest, highest) a day: :data:`UPDATE_RATES`). 404 before it appears; ids in *flaky_gone* answer 404
       on some days (:meth:`gone_at`) and 200 on others; *broken* answers 500 always.
     * ``/sitemap.xml`` (with *sitemap*, which also names it in ``/robots.txt``): every article that
       answers 200, with its ``lastmod``.
@@ -150,6 +150,7 @@ class NewsSite:
         start: float = EPOCH0,
         moves: dict[int, float] | None = None,
         featured: bool = False,
+        update_rates: Sequence[tuple[float, float, float]] = UPDATE_RATES,
     ) -> None:
         rates = list(section_rates) if section_rates is not None else [
             6.0 if s % 4 == 3 else 2.0 for s in range(sections)]
@@ -168,6 +169,7 @@ class NewsSite:
         self.sitemap = sitemap
         self.moves = dict(moves or {})
         self.featured = featured
+        self.update_rates = tuple(update_rates)
         self.articles = self._generate(start - backlog_days * DAY)
         self._by_section = [[a for a in self.articles if a.section == s] for s in range(sections)]
         self._published = [[a.published for a in listing] for listing in self._by_section]
@@ -203,7 +205,7 @@ class NewsSite:
         articles = []
         for aid, (published, section) in enumerate(arrivals, start=1):
             rng = random.Random(f"news/{self.seed}/article/{aid}")
-            low, high = rng.choices([(lo, hi) for _, lo, hi in UPDATE_RATES], [s for s, _, _ in UPDATE_RATES])[0]
+            low, high = rng.choices([(lo, hi) for _, lo, hi in self.update_rates], [s for s, _, _ in self.update_rates])[0]
             rate = math.exp(rng.uniform(math.log(low), math.log(high)))
             updates: list[float] = []
             t = published

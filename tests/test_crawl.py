@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import signal
@@ -51,14 +52,21 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
     since the last visit, infinite if never visited;
     cost 1 under request billing), best first, ties by fingerprint; take the longest prefix the
     budget pays for. A page that links out is also priced as a hub: its learned new links a day (from its
-    page type's pooled prior once a run has fitted one), each a new page of the default value at the prior rate of
-    the kind its group's new links were (the stored counts, by :class:`~scrapy_costsched.kinds.KindCounts`' rule;
-    the listings reveal products), else the host's default-type prior rate, cost 1.
+    page type's pooled prior once a run has fitted one), each a new page worth the mean value its group's new links
+    were given (the stored counts by value, once there are :data:`~scrapy_costsched.kinds.MIN_PAGES`; else the default
+    value) at the prior rate of the kind its group's new links were (the stored counts, by
+    :class:`~scrapy_costsched.kinds.KindCounts`' rule; the listings reveal products), else the host's default-type
+    prior rate, cost 1.
     """
     priors = state["meta"].get("priors", {})
     host_priors = state["meta"].get("host_priors", {})
     link_priors = state["meta"].get("link_priors", {})
     revealed = KindCounts.from_state(state["meta"].get("revealed_kinds"))
+    values = KindCounts.from_state(state["meta"].get("revealed_values"))
+
+    def weight(label: str) -> float:
+        raw = json.loads(label)
+        return TIERS[raw] if isinstance(raw, str) else float(raw)
 
     def prior_rate(group: str) -> float:
         host = group.partition("|")[0]
@@ -82,8 +90,8 @@ def expected_visits(state: dict[str, dict[str, Any]], now: float, budget: float)
             group = f"{page['host']}|{page['page_type']}"
             link_prior = LinkPrior(*link_priors[group]) if group in link_priors else LinkPrior()
             new_kind = revealed.kind_of(group) or "default"
-            hub = Discovery(links.rate(link_prior), TIERS["normal"], 1.0, prior_rate(f"{page['host']}|{new_kind}"),
-                            links.cap)
+            new_value = values.mean(group, weight) or TIERS["normal"]
+            hub = Discovery(links.rate(link_prior), new_value, 1.0, prior_rate(f"{page['host']}|{new_kind}"), links.cap)
         elapsed = math.inf if page["last_visit"] is None else (now - page["last_visit"]) / 86400
         index = score(Candidate(key, value, rate, elapsed, 1.0, None, low, high, hub), cycle=1.0)
         if index > 0:

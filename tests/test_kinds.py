@@ -145,3 +145,38 @@ def test_a_hub_s_new_pages_are_priced_as_the_kind_its_group_s_new_links_were(run
     assert read_state(tmp_path / "state.sqlite")["meta"]["revealed_kinds"] == {
         "shop.test|default": {"Product": MIN_PAGES, "Deal": 2 * MIN_PAGES}}
     assert later.tracker.revealed_kind("shop.test|default") == UNTYPED
+
+
+def test_a_hub_s_new_pages_are_priced_at_the_mean_value_its_group_s_new_links_were_given(runs: Any, tmp_path: Path,
+                                                                                          ) -> None:
+    """The values the spider gives the new pages a list links to (``costsched_value``, or its hook), as their
+    sightings take them once the scheduler has their requests, price the next ones the list's group reveals; a link
+    the scheduler never sees (a filter dropped it) counts for nothing, and the counts carry over to the next run."""
+    run = runs()
+    spider = run.crawler.spider
+    tracker = run.tracker
+
+    def reveal(url: str, links: list[Request], sighted: int | None = None) -> None:
+        run.visit(url, list(links))
+        for link in links[:sighted]:
+            tracker.sighting(link, tracker.fingerprint(link))
+
+    group = "shop.test|default"
+    assert tracker.revealed_value(group) == 1.0  # the default value, before anything was revealed
+    high = [Request(f"https://shop.test/p/{n}", callback=spider.parse, meta={"costsched_value": "high"})
+            for n in range(MIN_PAGES - 1)]
+    reveal("https://shop.test/list", high)
+    assert tracker.revealed_value(group) == 1.0  # too few to go by
+    untagged = [Request(f"https://shop.test/p/plain{n}", callback=spider.parse) for n in range(2)]
+    reveal("https://shop.test/list2", untagged, sighted=1)  # one of them dropped before the scheduler
+    assert tracker.revealed_value(group) == pytest.approx((4.0 * (MIN_PAGES - 1) + 1.0) / MIN_PAGES)
+    assert tracker._new_pages(group).value == tracker.revealed_value(group)
+    spider.costsched_value = lambda source: 16.0 if "/deal/" in getattr(source, "url", "") else None
+    reveal("https://shop.test/deals", [Request(f"https://shop.test/deal/{n}", callback=spider.parse)
+                                       for n in range(MIN_PAGES)])
+    expected = (4.0 * (MIN_PAGES - 1) + 1.0 + 16.0 * MIN_PAGES) / (2 * MIN_PAGES)
+    assert tracker.revealed_value(group) == pytest.approx(expected)
+    run = runs()  # the next run: the counts came through the state
+    assert run.tracker.revealed_value(group) == pytest.approx(expected)
+    assert read_state(tmp_path / "state.sqlite")["meta"]["revealed_values"] == {
+        group: {'"high"': MIN_PAGES - 1, '"normal"': 1, "16.0": MIN_PAGES}}

@@ -238,6 +238,7 @@ def describe(tracker: Tracker, fingerprint: str, record: dict[str, Any]) -> dict
         "new_pages_per_day": page.links.rate(tracker.learner.link_prior_of(page.group)) if page.links is not None
         else None,
         "new_page_kind": revealed,
+        "new_page_value": tracker.revealed_value(page.group) if revealed is not None else None,
         "new_page_rate_per_day": tracker.prior_rate(group_of(page.host, revealed)) if revealed is not None else None,
         "index": None if candidate is None else score(candidate, config.objective, cycle=cycle),
         "objective": config.objective,
@@ -358,8 +359,8 @@ def render(page: dict[str, Any]) -> str:
     ]
     if page["new_pages_per_day"] is not None:
         lines.append(("new pages", (f"{page['new_pages_per_day']:.4g} a day (links to pages the crawl did not know), "
-                                    f"each priced as a page of type {page['new_page_kind']!r} at "
-                                    f"{page['new_page_rate_per_day']:.4g} changes a day")))
+                                    f"each priced as a page of type {page['new_page_kind']!r} worth "
+                                    f"{page['new_page_value']:.3g} at {page['new_page_rate_per_day']:.4g} changes a day")))
     lines += [
         ("next index", index_text),
         ("visit cost", cost_text),

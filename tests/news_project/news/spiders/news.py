@@ -15,6 +15,8 @@ Arguments (``-a name=value``):
 * ``headlines=1``: section pages also yield a :class:`Headline` item per listed article (pages of many items).
 * ``typed=0``: requests carry no ``costsched_page_type``, as in a spider that never tags them: articles are typed by
   their items' class, and the front page and sections, which yield none, stay untyped.
+* ``value=high``: article requests carry ``costsched_value`` (as the README's quick start tags products), sections
+  none.
 * ``section=2``: crawl that section only, from its page rather than the front page (read with ``getattr``, as in
   Scrapy's tutorial: one job of several over parts of the site).
 """
@@ -65,7 +67,7 @@ class NewsSpider(scrapy.Spider):
     allowed_domains = ["127.0.0.1"]
 
     def __init__(self, site: str = "", callbacks: str = "methods", chain: str = "0", offsite: str = "0",
-                 articles: str = "", headlines: str = "0", typed: str = "1", **kwargs: Any) -> None:
+                 articles: str = "", headlines: str = "0", typed: str = "1", value: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not site:
             raise ValueError("the news spider needs -a site=URL")
@@ -78,11 +80,16 @@ class NewsSpider(scrapy.Spider):
         self.offsite = _flag(offsite)
         self.headlines = _flag(headlines)
         self.typed = _flag(typed)
+        self.value = value
         self.articles = [site.rstrip("/") + path for path in articles.split(",") if path]
 
     def _kind(self, page_type: str) -> dict[str, str]:
-        """A request's meta naming its page type, unless the spider runs with ``typed=0``."""
-        return {"costsched_page_type": page_type} if self.typed else {}
+        """A request's meta naming its page type, unless the spider runs with ``typed=0``; an article's its value too,
+        with ``value``."""
+        meta = {"costsched_page_type": page_type} if self.typed else {}
+        if self.value and page_type == "article":
+            meta["costsched_value"] = self.value
+        return meta
 
     async def start(self) -> AsyncIterator[Any]:
         section = getattr(self, "section", None)
