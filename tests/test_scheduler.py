@@ -674,7 +674,7 @@ def test_a_sick_hosts_sunk_visits_do_not_idle_the_engine(tmp_path: Path, caplog:
     with caplog.at_level(logging.INFO, logger="scrapy_costsched"):
         scheduler.close("finished")
     sunk = [record.getMessage() for record in caplog.records if "planned visits of" in record.getMessage()]
-    assert sunk == [("costsched: 200 planned visits of 127.0.0.1 not sent: its attempts failed in this run (50 "
+    assert sunk == [(f"{scheduler.tracker.who}: 200 planned visits of 127.0.0.1 not sent: its attempts failed in this run (50 "
                      "unavailable) and it answers 9% of them now, so its visits cost more than the pages the budget "
                      "went to instead; later runs plan its pages again as its health recovers")]
 
